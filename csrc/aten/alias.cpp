@@ -1,0 +1,152 @@
+#include "aten/alias.h"
+
+#include "runtime/accelerator.h"
+
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace torch_fl {
+namespace {
+
+// An alias storage's DataPtr holds a reference on the flagos StorageImpl it points into.
+void release_flagos_storage(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+// A reference-holding DataPtr on a native storage that we cannot take over.
+void release_native_storage(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+c10::StorageImpl* flagos_storage_behind(const c10::Storage& storage) {
+  const auto& dp = storage.data_ptr();
+  if (dp.get_deleter() == &release_flagos_storage) {
+    return static_cast<c10::StorageImpl*>(dp.get_context());
+  }
+  return nullptr;
+}
+
+// Ownership of a native storage's memory: taken over when nobody else holds the storage,
+// otherwise shared by holding a reference on it.
+c10::DataPtr take_native_memory(const c10::Storage& native) {
+  c10::StorageImpl* impl = native.unsafeGetStorageImpl();
+  if (native.use_count() == 1) {
+    return impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
+  }
+  c10::raw::intrusive_ptr::incref(impl);
+  return c10::DataPtr(
+      impl->mutable_data(), impl, &release_native_storage, impl->device());
+}
+
+void copy_bits(c10::TensorImpl* dst, const c10::TensorImpl* src) {
+  if (src->is_conj()) {
+    dst->_set_conj(true);
+  }
+  if (src->is_neg()) {
+    dst->_set_neg(true);
+  }
+}
+
+} // namespace
+
+bool is_native_alias_storage(const c10::Storage& storage) {
+  return flagos_storage_behind(storage) != nullptr;
+}
+
+at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
+  auto& accel = accelerator();
+  const auto* src = flagos.unsafeGetTensorImpl();
+  c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(storage);
+  c10::DataPtr data(
+      storage->mutable_data(),
+      storage,
+      &release_flagos_storage,
+      accel.native_device(flagos.device().index()));
+  auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(),
+      storage->nbytes(),
+      std::move(data),
+      resizable ? accel.native_allocator() : nullptr,
+      resizable);
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(alias_storage)),
+      c10::DispatchKeySet(accel.native_dispatch_key()),
+      flagos.dtype());
+  auto* impl = alias.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  copy_bits(impl, src);
+  return alias;
+}
+
+c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {
+  if (auto* origin = flagos_storage_behind(native)) {
+    return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(origin));
+  }
+  c10::StorageImpl* key = native.unsafeGetStorageImpl();
+  for (const auto& [impl, flagos] : seen_) {
+    if (impl == key) {
+      return flagos;
+    }
+  }
+  auto& accel = accelerator();
+  const size_t nbytes = native.nbytes();
+  c10::Storage flagos(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(),
+      nbytes,
+      accel.adopt_native(take_native_memory(native), nbytes, index_),
+      accel.device_allocator(),
+      /*resizable=*/true));
+  seen_.emplace_back(key, flagos);
+  return flagos;
+}
+
+at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabeler) {
+  const auto* src = native.unsafeGetTensorImpl();
+  TORCH_CHECK(
+      native.layout() == c10::kStrided,
+      "flagos supports strided tensors only; a kernel returned a ",
+      native.layout(),
+      " tensor");
+  auto result = at::detail::make_tensor<c10::TensorImpl>(
+      relabeler.to_flagos(native.storage()),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      native.dtype());
+  auto* impl = result.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  copy_bits(impl, src);
+  return result;
+}
+
+at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index) {
+  StorageRelabeler relabeler(index);
+  return flagos_from_native(native, relabeler);
+}
+
+void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
+  auto* dst = original.unsafeGetTensorImpl();
+  const auto* src = alias.unsafeGetTensorImpl();
+  const c10::Storage& alias_storage = src->storage();
+  c10::StorageImpl* behind = flagos_storage_behind(alias_storage);
+  if (behind != dst->storage().unsafeGetStorageImpl()) {
+    if (behind == nullptr && alias_storage.use_count() == 1) {
+      // The kernel grew our alias: move the new memory into the caller's storage, which every
+      // view of it shares, as a native resize would.
+      auto* storage = dst->storage().unsafeGetStorageImpl();
+      const size_t nbytes = alias_storage.nbytes();
+      storage->set_data_ptr_noswap(accelerator().adopt_native(
+          take_native_memory(alias_storage), nbytes, original.device().index()));
+      storage->set_nbytes(nbytes);
+    } else {
+      // The kernel pointed the tensor at other memory (set_ and friends).
+      StorageRelabeler relabeler(original.device().index());
+      dst->set_storage_keep_dtype(relabeler.to_flagos(alias_storage));
+    }
+  }
+  if (dst->sizes() != src->sizes() || dst->strides() != src->strides() ||
+      dst->storage_offset() != src->storage_offset()) {
+    dst->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  }
+}
+
+} // namespace torch_fl

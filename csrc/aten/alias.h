@@ -1,0 +1,44 @@
+#pragma once
+
+#include "macros.h"
+
+// Zero-copy re-labelling between flagos tensors and native (CPU or CUDA) tensors.
+//
+// A native alias is a *new* TensorImpl over the flagos memory, typed as the native device; the
+// caller's tensor is never modified while a kernel runs. Results are re-labelled the other way:
+// a native result that aliases a flagos input maps back to the flagos storage it came from
+// (views keep storage identity), and fresh native memory is adopted into a flagos storage.
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+namespace torch_fl {
+
+// A native-typed tensor over the memory of a flagos tensor. When `resizable`, a kernel may
+// grow it (out= results); sync_from_alias() then carries the growth back.
+FLAGOS_API at::Tensor native_alias(const at::Tensor& flagos, bool resizable = false);
+
+// Maps native storages to flagos storages within one operator call, so two results that shared
+// a native storage share one flagos storage too.
+class FLAGOS_API StorageRelabeler {
+ public:
+  explicit StorageRelabeler(c10::DeviceIndex index) : index_(index) {}
+  c10::Storage to_flagos(const c10::Storage& native);
+
+ private:
+  c10::DeviceIndex index_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> seen_;
+};
+
+// A flagos tensor with the metadata of a native result (zero copy).
+FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabeler);
+FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index);
+
+// After a kernel wrote through `alias` (maybe resizing or re-pointing it), makes `original`
+// describe the same memory and shape.
+FLAGOS_API void sync_from_alias(const at::Tensor& original, const at::Tensor& alias);
+
+// True when the storage is a native alias created by native_alias().
+FLAGOS_API bool is_native_alias_storage(const c10::Storage& storage);
+
+} // namespace torch_fl

@@ -1,0 +1,203 @@
+#include "aten/native/minimal.h"
+
+#include "aten/alias.h"
+#include "runtime/accelerator.h"
+#include "runtime/storage.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+
+namespace torch_fl::native {
+namespace {
+
+constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
+
+bool is_flagos(const at::Tensor& t) {
+  return t.device().type() == kFlagos;
+}
+
+c10::DeviceIndex target_index(std::optional<at::Device> device) {
+  if (device.has_value()) {
+    TORCH_CHECK(
+        device->type() == kFlagos,
+        "flagos factory got device ",
+        *device,
+        "; expected a flagos device");
+    return resolve_device_index(device->index());
+  }
+  return resolve_device_index(-1);
+}
+
+void check_factory_options(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(
+      !layout.has_value() || *layout == at::kStrided,
+      "flagos supports strided tensors only, got layout ",
+      *layout);
+  TORCH_CHECK(
+      !pin_memory.value_or(false), "Only dense CPU tensors can be pinned; flagos tensors cannot");
+}
+
+// Sets sizes (and strides, contiguous when none are given) and grows the storage to fit.
+void resize_impl(
+    c10::TensorImpl* self,
+    at::IntArrayRef size,
+    std::optional<at::IntArrayRef> stride) {
+  if (stride.has_value()) {
+    self->set_sizes_and_strides(size, *stride);
+  } else {
+    self->set_sizes_contiguous(size);
+  }
+  const size_t needed = at::detail::computeStorageNbytes(
+      self->sizes(), self->strides(), self->dtype().itemsize(), self->storage_offset());
+  if (self->numel() > 0 && needed > self->storage().nbytes()) {
+    resize_storage_bytes(self->storage().unsafeGetStorageImpl(), needed);
+  }
+}
+
+} // namespace
+
+at::Tensor empty_memory_format(
+    at::IntArrayRef size,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout,
+    std::optional<at::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<at::MemoryFormat> memory_format) {
+  check_factory_options(layout, pin_memory);
+  const auto index = target_index(device);
+  c10::DeviceGuard guard(c10::Device(kFlagos, index));
+  return at::detail::empty_generic(
+      size,
+      accelerator().device_allocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype),
+      memory_format);
+}
+
+at::Tensor empty_strided(
+    at::IntArrayRef size,
+    at::IntArrayRef stride,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout,
+    std::optional<at::Device> device,
+    std::optional<bool> pin_memory) {
+  check_factory_options(layout, pin_memory);
+  const auto index = target_index(device);
+  c10::DeviceGuard guard(c10::Device(kFlagos, index));
+  return at::detail::empty_strided_generic(
+      size,
+      stride,
+      accelerator().device_allocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(
+    const at::Tensor& self,
+    at::IntArrayRef size,
+    at::IntArrayRef stride,
+    std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, at::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+const at::Tensor& resize_(
+    const at::Tensor& self,
+    at::IntArrayRef size,
+    std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  resize_impl(impl, size, std::nullopt);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(
+        *memory_format != at::MemoryFormat::Preserve,
+        "Unsupported memory format ",
+        *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const auto& device_side = is_flagos(dst) ? dst : self;
+  c10::DeviceGuard guard(device_side.device());
+  at::Tensor native_dst = is_flagos(dst) ? native_alias(dst) : dst;
+  const at::Tensor native_src = is_flagos(self) ? native_alias(self) : self;
+  native_dst.copy_(native_src, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  return at::_local_scalar_dense(native_alias(self));
+}
+
+at::Tensor& set_storage(
+    at::Tensor& self,
+    c10::Storage source,
+    int64_t storage_offset,
+    at::IntArrayRef size,
+    at::IntArrayRef stride) {
+  at::native::checkSetStorage(self, std::move(source), storage_offset, size, stride);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_offset(storage_offset);
+  resize_impl(
+      impl,
+      size,
+      stride.data() != nullptr ? std::optional<at::IntArrayRef>(stride) : std::nullopt);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  const auto itemsize = self.dtype().itemsize();
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / itemsize);
+  return set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  TORCH_CHECK(
+      self.dtype() == source.dtype(),
+      "Could not set tensor of type ",
+      source.dtype(),
+      " to a tensor of type ",
+      self.dtype());
+  if (!self.is_same(source)) {
+    set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+  }
+  return self;
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), 0, accelerator().device_allocator(), /*resizable=*/true);
+  return set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
+  return at::native::is_set_to(self, tensor);
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  accelerator().device_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
+} // namespace torch_fl::native

@@ -1,0 +1,29 @@
+// Registration of the operators flagos implements itself (csrc/aten/native/minimal.cpp).
+
+#include "aten/native/minimal.h"
+
+#include <torch/library.h>
+
+namespace torch_fl {
+namespace {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(native::empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(native::empty_strided));
+  m.impl("as_strided", TORCH_FN(native::as_strided));
+  m.impl("view", TORCH_FN(native::view));
+  m.impl("_reshape_alias", TORCH_FN(native::reshape_alias));
+  m.impl("resize_", TORCH_FN(native::resize_));
+  m.impl("_copy_from", TORCH_FN(native::copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(native::copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(native::local_scalar_dense));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(native::set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(native::set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(native::set_source_tensor));
+  m.impl("set_", TORCH_FN(native::set_empty));
+  m.impl("is_set_to", TORCH_FN(native::is_set_to));
+  m.impl("record_stream", TORCH_FN(native::record_stream));
+}
+
+} // namespace
+} // namespace torch_fl

@@ -1,0 +1,145 @@
+// torch_fl._C: Python bindings only; all behaviour lives in the core library.
+
+#include "aten/alias.h"
+#include "runtime/accelerator.h"
+#include "runtime/config_error.h"
+#include "runtime/generator.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <c10/core/DeviceGuard.h>
+
+namespace py = pybind11;
+
+namespace torch_fl {
+namespace {
+
+py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict stat_array_dict(const c10::CachingAllocator::StatArray& a) {
+  py::dict d;
+  d["all"] = stat_dict(a[0]);
+  d["small_pool"] = stat_dict(a[1]);
+  d["large_pool"] = stat_dict(a[2]);
+  return d;
+}
+
+py::dict memory_stats(c10::DeviceIndex index) {
+  check_device_index(index);
+  const auto s = accelerator().device_allocator()->getDeviceStats(index);
+  py::dict d;
+  d["allocation"] = stat_array_dict(s.allocation);
+  d["segment"] = stat_array_dict(s.segment);
+  d["active"] = stat_array_dict(s.active);
+  d["inactive_split"] = stat_array_dict(s.inactive_split);
+  d["allocated_bytes"] = stat_array_dict(s.allocated_bytes);
+  d["reserved_bytes"] = stat_array_dict(s.reserved_bytes);
+  d["active_bytes"] = stat_array_dict(s.active_bytes);
+  d["inactive_split_bytes"] = stat_array_dict(s.inactive_split_bytes);
+  d["requested_bytes"] = stat_array_dict(s.requested_bytes);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  return d;
+}
+
+c10::Device flagos(c10::DeviceIndex index) {
+  return c10::Device(c10::DeviceType::PrivateUse1, index);
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_fl C++ core bindings";
+  m.def("_config_error", &config_error);
+  m.def("_accelerator_name", [] { return std::string(accelerator().name()); });
+  m.def("_native_device_type", [] {
+    return c10::DeviceTypeName(accelerator().native_device_type(), /*lower_case=*/true);
+  });
+  m.def("_device_count", [] { return static_cast<int>(accelerator().device_count()); });
+  m.def("_current_device", [] {
+    return static_cast<int>(accelerator().guard().getDevice().index());
+  });
+  m.def("_set_device", [](int index) {
+    accelerator().guard().setDevice(flagos(static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("_exchange_device", [](int index) {
+    if (index < 0) {
+      return -1;
+    }
+    const auto previous =
+        accelerator().guard().exchangeDevice(flagos(static_cast<c10::DeviceIndex>(index)));
+    return static_cast<int>(previous.index());
+  });
+  m.def("_synchronize", [](int index) {
+    py::gil_scoped_release no_gil;
+    accelerator().guard().synchronizeDevice(resolve_device_index(index));
+  });
+
+  m.def("_memory_stats", [](int index) { return memory_stats(resolve_device_index(index)); });
+  m.def("_empty_cache", [] {
+    py::gil_scoped_release no_gil;
+    accelerator().device_allocator()->emptyCache({0, 0});
+  });
+  m.def("_reset_peak_memory_stats", [](int index) {
+    accelerator().device_allocator()->resetPeakStats(resolve_device_index(index));
+  });
+  m.def("_reset_accumulated_memory_stats", [](int index) {
+    accelerator().device_allocator()->resetAccumulatedStats(resolve_device_index(index));
+  });
+  m.def("_mem_get_info", [](int index) {
+    return accelerator().device_allocator()->getMemoryInfo(resolve_device_index(index));
+  });
+
+  m.def("_default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
+        default_generator(static_cast<c10::DeviceIndex>(index))));
+  });
+
+  m.def("_device_properties", [](int index) {
+    const auto p = accelerator().properties(resolve_device_index(index));
+    py::dict d;
+    d["name"] = p.name;
+    d["major"] = p.major;
+    d["minor"] = p.minor;
+    d["total_memory"] = p.total_memory;
+    d["multi_processor_count"] = p.multi_processor_count;
+    return d;
+  });
+
+  m.def(
+      "_flagos_to_native_view",
+      [](const at::Tensor& t) {
+        TORCH_CHECK(
+            t.device().type() == c10::DeviceType::PrivateUse1,
+            "_flagos_to_native_view expects a flagos tensor, got one on ",
+            t.device());
+        return native_alias(t);
+      },
+      "A native-device tensor over the same memory (zero copy).");
+  m.def(
+      "_native_to_flagos_view",
+      [](const at::Tensor& t, int index) {
+        TORCH_CHECK(
+            t.device().type() == accelerator().native_device_type(),
+            "_native_to_flagos_view expects a ",
+            accelerator().native_device_type(),
+            " tensor, got one on ",
+            t.device());
+        return flagos_from_native(t, resolve_device_index(index));
+      },
+      py::arg("tensor"),
+      py::arg("index") = -1,
+      "A flagos tensor over the same memory (zero copy).");
+}
+
+} // namespace torch_fl

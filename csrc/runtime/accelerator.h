@@ -1,0 +1,83 @@
+#pragma once
+
+#include "macros.h"
+
+// The accelerator interface: what the flagos device needs from the hardware it runs on.
+// One implementation is compiled per build (csrc/runtime/<accelerator>/), chosen by
+// FLAGOS_ACCELERATOR; everything above this layer is accelerator-neutral.
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/DispatchKey.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <ATen/core/Generator.h>
+
+#include <cstddef>
+#include <string>
+
+namespace torch_fl {
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0;
+  int minor = 0;
+  size_t total_memory = 0;
+  int multi_processor_count = 0;
+};
+
+class Accelerator {
+ public:
+  virtual ~Accelerator() = default;
+
+  // "cpu", "cuda" or "dcu": the FLAGOS_ACCELERATOR this build was made for.
+  virtual const char* name() const = 0;
+
+  // The device type and dispatch key whose kernels back flagos memory zero-copy.
+  virtual c10::DeviceType native_device_type() const = 0;
+  virtual c10::DispatchKey native_dispatch_key() const = 0;
+  // The native device that aliases flagos:index (cpu for the cpu accelerator).
+  virtual c10::Device native_device(c10::DeviceIndex index) const = 0;
+
+  // Must not throw (DeviceGuardImplInterface contract); 0 on error.
+  virtual c10::DeviceIndex device_count() const noexcept = 0;
+
+  // Device and stream bookkeeping, expressed with PrivateUse1 devices and streams.
+  virtual const c10::impl::DeviceGuardImplInterface& guard() const = 0;
+
+  // flagos device memory (a c10::DeviceAllocator with statistics).
+  virtual c10::DeviceAllocator* device_allocator() = 0;
+  // The allocator native kernels use; resizes of aliased out= tensors draw from it.
+  virtual c10::Allocator* native_allocator() const = 0;
+  // Pinned host memory for fast transfers.
+  virtual c10::Allocator* host_allocator() = 0;
+  virtual bool is_pinned_ptr(const void* ptr) const = 0;
+  // The flagos device that owns a device pointer (current device when unknown).
+  virtual c10::Device device_from_ptr(void* ptr) const = 0;
+
+  // Copies bytes between two flagos allocations (may be on different devices).
+  virtual void copy_bytes(void* dst, const void* src, size_t nbytes) const = 0;
+
+  // Wraps memory that a native kernel allocated so it can back a flagos storage.
+  // `native` is a DataPtr labelled with the native device; the result is labelled flagos:index
+  // and keeps the allocation alive (and accounted) until flagos releases it.
+  virtual c10::DataPtr adopt_native(
+      c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex index) = 0;
+
+  // A fresh native generator; flagos generators wrap one (see generator.h).
+  virtual at::Generator make_native_generator(c10::DeviceIndex index) const = 0;
+
+  virtual DeviceProperties properties(c10::DeviceIndex index) const = 0;
+};
+
+// The accelerator of this build. Created on first use; never destroyed.
+FLAGOS_API Accelerator& accelerator();
+
+// Throws a c10::Error naming the valid range unless 0 <= index < device_count().
+FLAGOS_API void check_device_index(c10::DeviceIndex index);
+
+// The flagos device index a tensor option or argument resolves to (-1 means current).
+FLAGOS_API c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
+
+} // namespace torch_fl

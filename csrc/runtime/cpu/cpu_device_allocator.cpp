@@ -1,0 +1,336 @@
+#include "runtime/cpu/cpu_device_allocator.h"
+
+#include "runtime/accelerator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <unistd.h>
+
+#include <cstring>
+
+namespace torch_fl::cpu {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+
+namespace {
+
+constexpr size_t kRound = 512;
+constexpr size_t kSmallLimit = size_t(1) << 20;  // below: "small pool", as CUDA reports it
+
+size_t round_size(size_t nbytes) {
+  return (nbytes + kRound - 1) / kRound * kRound;
+}
+
+void increase(Stat& s, size_t amount) {
+  s.current += static_cast<int64_t>(amount);
+  s.peak = std::max(s.peak, s.current);
+  s.allocated += static_cast<int64_t>(amount);
+}
+
+void decrease(Stat& s, size_t amount) {
+  s.current -= static_cast<int64_t>(amount);
+  s.freed += static_cast<int64_t>(amount);
+}
+
+template <typename F>
+void for_pools(size_t size, F f) {
+  f(static_cast<size_t>(StatType::AGGREGATE));
+  f(static_cast<size_t>(size < kSmallLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL));
+}
+
+} // namespace
+
+struct CpuDeviceAllocator::Block {
+  void* ptr;
+  size_t size;       // rounded, as reserved
+  size_t requested;  // as asked
+  c10::DeviceIndex device;
+  CpuDeviceAllocator* owner;
+};
+
+struct CpuDeviceAllocator::DeviceState {
+  mutable std::mutex mutex;
+  std::multimap<size_t, Block*> free_blocks;      // cached, by size
+  std::unordered_map<const void*, Block*> live;  // handed out
+  c10::CachingDeviceAllocator::DeviceStats stats;
+};
+
+struct AdoptedBlock {
+  c10::DataPtr native;
+  size_t size;
+  c10::DeviceIndex device;
+  CpuDeviceAllocator* owner;
+};
+
+CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
+  for (c10::DeviceIndex i = 0; i < device_count; ++i) {
+    devices_.push_back(std::make_unique<DeviceState>());
+  }
+}
+
+CpuDeviceAllocator::~CpuDeviceAllocator() = default;  // process exit: leave blocks to the OS
+
+CpuDeviceAllocator::DeviceState& CpuDeviceAllocator::state(c10::DeviceIndex device) const {
+  check_device_index(device);
+  return *devices_[device];
+}
+
+c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
+  const auto device = accelerator().guard().getDevice().index();
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  if (nbytes == 0) {
+    return c10::DataPtr(nullptr, where);
+  }
+  auto& st = state(device);
+  const size_t size = round_size(nbytes);
+  Block* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    // Reuse a cached block of at most twice the size, so big blocks are not wasted.
+    auto it = st.free_blocks.lower_bound(size);
+    if (it != st.free_blocks.end() && it->first <= 2 * size) {
+      block = it->second;
+      st.free_blocks.erase(it);
+    }
+  }
+  if (block == nullptr) {
+    void* ptr = nullptr;
+    try {
+      ptr = c10::alloc_cpu(size);
+    } catch (const c10::Error&) {
+      emptyCache({0, 0});
+      try {
+        ptr = c10::alloc_cpu(size);
+      } catch (const c10::Error&) {
+        std::lock_guard<std::mutex> lock(st.mutex);
+        st.stats.num_ooms += 1;
+        TORCH_CHECK_WITH(
+            OutOfMemoryError,
+            false,
+            "flagos:",
+            static_cast<int>(device),
+            " out of memory: tried to allocate ",
+            nbytes,
+            " bytes with ",
+            st.stats.allocated_bytes[0].current,
+            " bytes allocated and ",
+            st.stats.reserved_bytes[0].current,
+            " reserved (cpu accelerator: host memory). Free tensors or call "
+            "torch.flagos.empty_cache().");
+      }
+    }
+    block = new Block{ptr, size, nbytes, device, this};
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.stats.num_device_alloc += 1;
+    for_pools(size, [&](size_t p) {
+      increase(st.stats.segment[p], 1);
+      increase(st.stats.reserved_bytes[p], size);
+    });
+  }
+  block->requested = nbytes;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.live.emplace(block->ptr, block);
+    for_pools(size, [&](size_t p) {
+      increase(st.stats.allocation[p], 1);
+      increase(st.stats.active[p], 1);
+      increase(st.stats.allocated_bytes[p], size);
+      increase(st.stats.active_bytes[p], size);
+      increase(st.stats.requested_bytes[p], nbytes);
+    });
+  }
+  return c10::DataPtr(block->ptr, block, &CpuDeviceAllocator::free_block, where);
+}
+
+void CpuDeviceAllocator::release(Block* block) {
+  auto& st = *devices_[block->device];
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.live.erase(block->ptr);
+  for_pools(block->size, [&](size_t p) {
+    decrease(st.stats.allocation[p], 1);
+    decrease(st.stats.active[p], 1);
+    decrease(st.stats.allocated_bytes[p], block->size);
+    decrease(st.stats.active_bytes[p], block->size);
+    decrease(st.stats.requested_bytes[p], block->requested);
+  });
+  st.free_blocks.emplace(block->size, block);
+}
+
+void CpuDeviceAllocator::free_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  block->owner->release(block);
+}
+
+c10::DataPtr CpuDeviceAllocator::adopt(
+    c10::DataPtr&& native,
+    size_t nbytes,
+    c10::DeviceIndex device) {
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  void* ptr = native.get();
+  if (ptr == nullptr) {
+    return c10::DataPtr(nullptr, where);
+  }
+  auto& st = state(device);
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.stats.num_device_alloc += 1;
+    for_pools(nbytes, [&](size_t p) {
+      for (Stat* s : {&st.stats.allocation[p], &st.stats.active[p], &st.stats.segment[p]}) {
+        increase(*s, 1);
+      }
+      for (Stat* s :
+           {&st.stats.allocated_bytes[p],
+            &st.stats.active_bytes[p],
+            &st.stats.reserved_bytes[p],
+            &st.stats.requested_bytes[p]}) {
+        increase(*s, nbytes);
+      }
+    });
+  }
+  auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
+  return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
+}
+
+void CpuDeviceAllocator::free_adopted(void* ctx) {
+  auto* adopted = static_cast<AdoptedBlock*>(ctx);
+  auto& st = *adopted->owner->devices_[adopted->device];
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.stats.num_device_free += 1;
+    for_pools(adopted->size, [&](size_t p) {
+      for (Stat* s : {&st.stats.allocation[p], &st.stats.active[p], &st.stats.segment[p]}) {
+        decrease(*s, 1);
+      }
+      for (Stat* s :
+           {&st.stats.allocated_bytes[p],
+            &st.stats.active_bytes[p],
+            &st.stats.reserved_bytes[p],
+            &st.stats.requested_bytes[p]}) {
+        decrease(*s, adopted->size);
+      }
+    });
+  }
+  delete adopted;  // releases the native allocation
+}
+
+void CpuDeviceAllocator::raw_free(void* ptr) {
+  auto& self = *static_cast<CpuDeviceAllocator*>(accelerator().device_allocator());
+  for (auto& st : self.devices_) {
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(st->mutex);
+      auto it = st->live.find(ptr);
+      if (it != st->live.end()) {
+        block = it->second;
+      }
+    }
+    if (block != nullptr) {
+      self.release(block);
+      return;
+    }
+  }
+  TORCH_CHECK(false, "flagos raw_delete: ", ptr, " was not allocated by the flagos allocator");
+}
+
+c10::DeleterFnPtr CpuDeviceAllocator::raw_deleter() const {
+  return &CpuDeviceAllocator::raw_free;
+}
+
+void CpuDeviceAllocator::copy_data(void* dst, const void* src, std::size_t count) const {
+  if (count > 0) {
+    std::memcpy(dst, src, count);
+  }
+}
+
+bool CpuDeviceAllocator::initialized() {
+  return true;
+}
+
+void CpuDeviceAllocator::emptyCache(c10::MempoolId_t) {
+  for (auto& st : devices_) {
+    std::multimap<size_t, Block*> cached;
+    {
+      std::lock_guard<std::mutex> lock(st->mutex);
+      cached.swap(st->free_blocks);
+      for (auto& [size, block] : cached) {
+        st->stats.num_device_free += 1;
+        for_pools(size, [&](size_t p) {
+          decrease(st->stats.segment[p], 1);
+          decrease(st->stats.reserved_bytes[p], size);
+        });
+      }
+    }
+    for (auto& [size, block] : cached) {
+      c10::free_cpu(block->ptr);
+      delete block;
+    }
+  }
+}
+
+void CpuDeviceAllocator::recordStream(const c10::DataPtr&, c10::Stream) {
+  // Kernels complete before they return: a block is never in use by a pending stream.
+}
+
+c10::CachingDeviceAllocator::DeviceStats CpuDeviceAllocator::getDeviceStats(
+    c10::DeviceIndex device) {
+  auto& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return st.stats;
+}
+
+void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  auto& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  auto& s = st.stats;
+  for (auto* arr :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *arr) {
+      stat.allocated = 0;
+      stat.freed = 0;
+    }
+  }
+  s.num_alloc_retries = 0;
+  s.num_ooms = 0;
+  s.num_device_alloc = 0;
+  s.num_device_free = 0;
+}
+
+void CpuDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
+  auto& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  auto& s = st.stats;
+  for (auto* arr :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *arr) {
+      stat.peak = stat.current;
+    }
+  }
+}
+
+std::pair<size_t, size_t> CpuDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  check_device_index(device);
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const auto total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page;
+  const auto free = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+  return {free, total};
+}
+
+c10::DeviceIndex CpuDeviceAllocator::device_of(const void* ptr) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    std::lock_guard<std::mutex> lock(devices_[i]->mutex);
+    for (const auto& [start, block] : devices_[i]->live) {
+      const auto* begin = static_cast<const char*>(start);
+      if (ptr >= begin && ptr < begin + block->size) {
+        return static_cast<c10::DeviceIndex>(i);
+      }
+    }
+  }
+  return -1;
+}
+
+} // namespace torch_fl::cpu

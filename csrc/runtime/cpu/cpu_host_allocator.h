@@ -1,0 +1,32 @@
+#pragma once
+
+// Pinned host memory of the cpu accelerator: host memory that remembers it was pinned, so
+// Tensor.is_pinned(), pin_memory() and DataLoader(pin_memory=True) behave as on CUDA.
+
+#include <c10/core/Allocator.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace torch_fl::cpu {
+
+class CpuHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override;
+  c10::DeleterFnPtr raw_deleter() const override;
+  void copy_data(void* dst, const void* src, std::size_t count) const override;
+
+  // True for any address inside a live pinned block (views point inside blocks).
+  bool contains(const void* ptr) const;
+
+ private:
+  static void free_pinned(void* ptr);
+
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, size_t> blocks_;  // start -> size
+};
+
+CpuHostAllocator& host_allocator();
+
+} // namespace torch_fl::cpu

@@ -1,0 +1,96 @@
+"""Build torch_fl: reads the FLAGOS_* switches, writes the build record, runs CMake.
+
+`pip install --no-build-isolation -e .` builds against the torch installed in the current
+environment. The switches are read here only; at run time the build record
+(`torch_fl/_build_config.py`) is the single source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "torch_fl"))
+import _build_switches as switches  # noqa: E402  (the one parser shared with the runtime checks)
+
+sys.path.pop(0)
+
+
+def _torch_facts() -> dict:
+    import torch
+    import torch.utils.cpp_extension as cpp_ext
+
+    return {
+        "version": torch.__version__.split("+")[0],
+        "full_version": torch.__version__,
+        "has_cuda": torch.version.cuda is not None,
+        "has_hip": getattr(torch.version, "hip", None) is not None,
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "include_dirs": cpp_ext.include_paths(),
+        "library_dir": cpp_ext.library_paths()[0],
+    }
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str) -> None:
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    """Configures and builds the CMake project, placing outputs beside the extension path."""
+
+    def build_extension(self, ext: Extension) -> None:
+        torch_facts = _torch_facts()
+        config = switches.resolve(os.environ, torch_facts)
+        ext_path = Path(self.get_ext_fullpath(ext.name)).resolve()
+        # Outputs always land in the source package (what an editable install imports); a
+        # wheel build then copies them to where setuptools packs the extension.
+        package_dir = (ROOT / "torch_fl").resolve()
+        switches.write_build_record(package_dir / "_build_config.py", config, torch_facts)
+
+        build_dir = ROOT / "build" / f"{config['ACCELERATOR']}-torch{torch_facts['version']}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        major, minor = (int(p) for p in torch_facts["version"].split(".")[:2])
+        cmake_args = [
+            f"-S{ROOT}",
+            f"-B{build_dir}",
+            "-GNinja",
+            f"-DCMAKE_BUILD_TYPE={os.environ.get('FLAGOS_BUILD_TYPE', 'Release')}",
+            f"-DFLAGOS_ACCELERATOR={config['ACCELERATOR']}",
+            f"-DFLAGOS_BUILD_BOXING={'ON' if config['BUILD_BOXING'] else 'OFF'}",
+            f"-DFLAGOS_BUILD_TESTS={'ON' if switches.flag(os.environ, 'FLAGOS_BUILD_TESTS') else 'OFF'}",
+            f"-DFLAGOS_PACKAGE_DIR={package_dir}",
+            f"-DFLAGOS_EXT_NAME={ext_path.name}",
+            f"-DFLAGOS_TORCH_INCLUDE_DIRS={';'.join(torch_facts['include_dirs'])}",
+            f"-DFLAGOS_TORCH_LIBRARY_DIR={torch_facts['library_dir']}",
+            f"-DFLAGOS_TORCH_MAJOR={major}",
+            f"-DFLAGOS_TORCH_MINOR={minor}",
+            f"-DFLAGOS_CXX11_ABI={torch_facts['cxx11_abi']}",
+            f"-DPython_INCLUDE_DIR={sysconfig.get_paths()['include']}",
+        ]
+        if config["ACCELERATOR"] == "dcu":
+            cmake_args.append(f"-DROCM_PATH={config['ROCM_PATH']}")
+        cmake_args += shlex.split(os.environ.get("FLAGOS_CMAKE_ARGS", ""))
+        jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+        subprocess.check_call(["cmake", *cmake_args])
+        subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
+        if ext_path.parent != package_dir:
+            ext_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(package_dir / ext_path.name, ext_path)
+            shutil.copytree(package_dir / "lib", ext_path.parent / "lib", dirs_exist_ok=True)
+            shutil.copy2(package_dir / "_build_config.py", ext_path.parent / "_build_config.py")
+
+
+setup(
+    ext_modules=[CMakeExtension("torch_fl._C")],
+    cmdclass={"build_ext": CMakeBuild},
+)

@@ -1,0 +1,36 @@
+"""torch_fl: the `flagos` PyTorch device.
+
+`import torch_fl` (or plain `import torch`, through the `torch.backends` entry point) renames
+PrivateUse1 to `flagos`, loads the C++ core and registers `torch.flagos`. Every operator on a
+flagos tensor then runs through its route: FlagGems, the vendor's own kernels reached
+zero-copy, or the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl._registration import (
+    check_build_record,
+    claim_privateuse1,
+    load_core,
+    register_python_side,
+)
+
+DEVICE_NAME = "flagos"
+
+build_config = check_build_record()
+claim_privateuse1(DEVICE_NAME)
+_C = load_core()
+
+from torch_fl import flagos  # noqa: E402  (needs the core loaded)
+
+register_python_side(DEVICE_NAME, flagos)
+
+from torch_fl.version import __version__  # noqa: E402
+
+__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this module did the work."""

@@ -1,0 +1,1 @@
+"""Routing tables shipped with torch_fl."""

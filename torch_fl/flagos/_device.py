@@ -1,0 +1,86 @@
+"""Device indices and the current device."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl import _C
+
+_NAME = "flagos"
+
+DeviceLike = torch.device | str | int | None
+
+
+def device_index(device: DeviceLike, optional: bool = True) -> int:
+    """Turns None, an int, 'flagos', 'flagos:N' or a torch.device into an index (-1: current)."""
+    if device is None:
+        if not optional:
+            raise ValueError("Expected a flagos device, got None")
+        return _C._current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != _NAME:
+            raise ValueError(f"Expected a flagos device, got {device}")
+        return _C._current_device() if device.index is None else device.index
+    raise TypeError(f"Expected a flagos device (int, str or torch.device), got {device!r}")
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: DeviceLike) -> None:
+    index = device_index(device)
+    if index >= 0:
+        _C._set_device(index)
+
+
+def synchronize(device: DeviceLike = None) -> None:
+    """Waits for all work on the device to finish."""
+    _C._synchronize(device_index(device))
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """Nothing to do: the device is ready once torch_fl is imported."""
+
+
+class device:
+    """Context manager that makes `device` current and restores the previous one."""
+
+    def __init__(self, device: DeviceLike) -> None:
+        self.idx = device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = _C._exchange_device(self.idx)
+
+    def __exit__(self, *exc: object) -> bool:
+        if self.prev_idx >= 0:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of `obj` (a tensor) current."""
+
+    def __init__(self, obj: torch.Tensor) -> None:
+        super().__init__(obj.get_device() if obj.device.type == _NAME else -1)

@@ -1,0 +1,55 @@
+"""Per-device random number generators."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl import _C
+from torch_fl.flagos._device import DeviceLike, device_count, device_index
+
+
+def default_generator(device: DeviceLike = None) -> torch.Generator:
+    return _C._default_generator(device_index(device))
+
+
+def get_rng_state(device: DeviceLike = "flagos") -> torch.Tensor:
+    return default_generator(device).get_state()
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state(new_state: torch.Tensor, device: DeviceLike = "flagos") -> None:
+    default_generator(device).set_state(new_state.clone(memory_format=torch.contiguous_format))
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's generator."""
+    default_generator(None).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for index in range(device_count()):
+        default_generator(index).manual_seed(int(seed))
+
+
+def seed() -> None:
+    """Seeds the current device's generator with a random number."""
+    default_generator(None).seed()
+
+
+def seed_all() -> None:
+    first = default_generator(0)
+    first.seed()
+    for index in range(1, device_count()):
+        default_generator(index).manual_seed(first.initial_seed())
+
+
+def initial_seed() -> int:
+    return default_generator(None).initial_seed()

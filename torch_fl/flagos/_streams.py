@@ -1,0 +1,79 @@
+"""Streams and events: torch.Stream / torch.Event on flagos devices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_fl.flagos._device import DeviceLike, device_index
+
+
+class Stream(torch.Stream):
+    """A flagos stream; `torch.flagos.Stream()` is a new stream on the current device."""
+
+    def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> Stream:
+        index = device_index(device)
+        return super().__new__(cls, device=torch.device("flagos", index), priority=priority)
+
+
+class Event:
+    """Makes a torch.Event on the current flagos device (enable_timing=True allows elapsed_time).
+
+    Returns a plain torch.Event: torch's event methods accept no subclasses.
+    """
+
+    def __new__(
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> torch.Event:  # type: ignore[misc]
+        return torch.Event(
+            device=torch.device("flagos"),
+            enable_timing=enable_timing,
+            blocking=blocking,
+            interprocess=interprocess,
+        )
+
+
+def current_stream(device: DeviceLike = None) -> torch.Stream:
+    return torch.accelerator.current_stream(device_index(device))
+
+
+def default_stream(device: DeviceLike = None) -> torch.Stream:
+    # Stream id 0 is the default stream of each device.
+    current = current_stream(device)
+    return torch.Stream(
+        stream_id=0, device_index=current.device_index, device_type=current.device_type
+    )
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Makes `stream` current on its device (and that device current) inside a with-block."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self.prev_stream: torch.Stream | None = None
+        self.prev_device = -1
+
+    def __enter__(self) -> torch.Stream | None:
+        if self.stream is None:
+            return None
+        self.prev_device = torch.accelerator.current_device_index()
+        torch.accelerator.set_device_index(self.stream.device_index)
+        self.prev_stream = torch.accelerator.current_stream(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc: object) -> bool:
+        if self.stream is not None and self.prev_stream is not None:
+            torch.accelerator.set_stream(self.prev_stream)
+            torch.accelerator.set_device_index(self.prev_device)
+        return False
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    return StreamContext(stream)
+

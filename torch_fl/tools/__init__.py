@@ -1,0 +1,1 @@
+"""Command-line tools (python -m torch_fl.tools.<name>)."""
