@@ -46,8 +46,10 @@ def test_cpu_trace_has_the_native_operators() -> None:
     flagos = {e.name for e in _trace("flagos", [ProfilerActivity.CPU]).events()}
     for op in ("aten::linear", "aten::relu", "aten::softmax", "aten::sum"):
         assert op in native and op in flagos, op
-    # The CPU kernels of the operators really run under the flagos ones.
-    assert {"aten::addmm", "aten::_softmax"} <= flagos
+    # The kernels of the operators really run under the flagos ones (linear decomposes to
+    # addmm or to matmul/mm depending on the backend).
+    assert "aten::_softmax" in flagos
+    assert {"aten::addmm", "aten::mm"} & flagos
 
 
 @pytest.mark.gpu
