@@ -122,7 +122,7 @@ def test_training_step_matches_cpu() -> None:
             loss = torch.nn.functional.cross_entropy(m(x.to(dev)), y.to(dev))
             loss.backward()
             o.step()
-    for p, q in zip(model.parameters(), ref.parameters()):
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         assert p.device.type == "flagos"
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
 
