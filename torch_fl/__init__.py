@@ -27,9 +27,13 @@ from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
 
+from torch_fl import routing  # noqa: E402  (needs the core loaded)
+
+routing._load_at_import(build_config)
+
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
+__all__ = ["DEVICE_NAME", "build_config", "flagos", "routing", "__version__"]
 
 
 def _autoload() -> None:
