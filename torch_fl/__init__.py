@@ -8,9 +8,17 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-import torch
 
-from torch_fl._registration import (
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this module did the work.
+
+    Defined before `import torch`: when `import torch_fl` comes first, torch's import runs the
+    entry points and looks this up on the still partially initialised module."""
+
+
+import torch  # noqa: E402,F401
+
+from torch_fl._registration import (  # noqa: E402
     check_build_record,
     claim_privateuse1,
     load_core,
@@ -34,7 +42,3 @@ routing._load_at_import(build_config)
 from torch_fl.version import __version__  # noqa: E402
 
 __all__ = ["DEVICE_NAME", "build_config", "flagos", "routing", "__version__"]
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this module did the work."""

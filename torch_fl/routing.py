@@ -37,6 +37,8 @@ __all__ = [
     "get_route",
     "overrides",
     "python_kernels",
+    "reaches_router",
+    "route_counts",
     "register_provider",
     "register_python_kernel",
     "reset_stats",
@@ -204,3 +206,15 @@ def parse_table(path: str | os.PathLike, check_available: bool = True) -> list[t
     names are always checked against the installed torch; routes against this build only when
     `check_available`."""
     return _C._routing_parse_table(str(path), check_available)
+
+
+def route_counts() -> dict[str, int]:
+    """route -> how many operators it serves, over the aten operators that reach the router
+    under their own name (those with a CPU or native-device kernel)."""
+    return _C._routing_route_counts()
+
+
+def reaches_router(op: str) -> bool:
+    """False when a flagos kernel of its own or a composite kernel serves `op` on flagos, so a
+    route named for it has no effect (it decomposes into operators that are routed)."""
+    return _C._routing_reaches_router(op)

@@ -122,19 +122,22 @@ struct State {
   std::optional<c10::RegistrationHandleRAII> listener;
 
   // Caller holds mu.
-  void resolve(OpEntry& e) {
-    Route route = default_route();
-    Origin origin = Origin::Default;
-    if (auto it = api.find(e.name); it != api.end()) {
-      route = it->second;
-      origin = Origin::Api;
-    } else if (auto it = env.find(e.name); it != env.end()) {
-      route = it->second.route;
-      origin = Origin::Env;
-    } else if (auto it = table.find(e.name); it != table.end()) {
-      route = it->second.route;
-      origin = Origin::Table;
+  std::pair<Route, Origin> resolve(const std::string& name) const {
+    if (auto it = api.find(name); it != api.end()) {
+      return {it->second, Origin::Api};
     }
+    if (auto it = env.find(name); it != env.end()) {
+      return {it->second.route, Origin::Env};
+    }
+    if (auto it = table.find(name); it != table.end()) {
+      return {it->second.route, Origin::Table};
+    }
+    return {default_route(), Origin::Default};
+  }
+
+  // Caller holds mu.
+  void resolve(OpEntry& e) {
+    const auto [route, origin] = resolve(e.name);
     e.route.store(static_cast<uint8_t>(route), std::memory_order_relaxed);
     e.origin.store(static_cast<uint8_t>(origin), std::memory_order_relaxed);
   }
@@ -774,6 +777,23 @@ void set_force_copy_fallback(bool force) {
 
 bool force_copy_fallback() {
   return g_force_copy.load(std::memory_order_relaxed);
+}
+
+std::vector<std::string> routed_operators() {
+  std::vector<std::string> out(direct_kernels().begin(), direct_kernels().end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::map<std::string, uint64_t> route_counts() {
+  const auto ops = routed_operators();
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::map<std::string, uint64_t> out;
+  for (const auto& op : ops) {
+    out[route_name(s.resolve(op).first)] += 1;
+  }
+  return out;
 }
 
 std::vector<OpEntry*> entries() {

@@ -120,6 +120,11 @@ FLAGOS_API bool force_copy_fallback();
 // composite kernel serves it, so a route named for it has no effect).
 FLAGOS_API bool reaches_router(const std::string& op);
 
+// Operators registered to reach the router under their own name (aten operators with a CPU
+// or native-device kernel and no flagos kernel of their own), and how many each route serves.
+FLAGOS_API std::vector<std::string> routed_operators();
+FLAGOS_API std::map<std::string, uint64_t> route_counts();
+
 // Every entry created so far (for the Python side; entries live for the process).
 FLAGOS_API std::vector<OpEntry*> entries();
 
