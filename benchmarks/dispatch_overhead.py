@@ -8,7 +8,7 @@ the cuda accelerator the native device is cuda.
     python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50]
 
 Prints per-operator medians (microseconds per call), their ratio flagos/native, the geometric
-mean of the ratios, one training step of a small MLP, and the flagos_python route's cost
+mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the flagos_python route's cost
 against calling the same Python function directly. Targets (cpu accelerator): geometric mean
 <= 1.3, MLP step <= 1.05.
 """
@@ -62,7 +62,7 @@ def _cases(
     return {name: (flagos_cases[name], native_cases[name]) for name in flagos_cases}
 
 
-def _mlp_step(dev: str) -> Callable[[], object]:
+def _mlp(dev: str, train: bool = True) -> Callable[[], object]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
@@ -71,6 +71,10 @@ def _mlp_step(dev: str) -> Callable[[], object]:
     x = torch.randn(32, 64).to(dev)
     y = torch.randint(0, 10, (32,)).to(dev)
 
+    def forward() -> object:
+        with torch.no_grad():
+            return model(x)
+
     def step() -> object:
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -78,7 +82,7 @@ def _mlp_step(dev: str) -> Callable[[], object]:
         opt.step()
         return loss
 
-    return step
+    return step if train else forward
 
 
 def _sync(dev: str) -> None:
@@ -157,15 +161,16 @@ def main() -> None:
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"{'geomean':<12} {'':>10} {'':>10} {geomean:>7.3f}")
 
-    t_fl, t_nat = _interleaved(
-        _mlp_step(fl_dev),
-        _mlp_step(nat_dev),
-        fl_dev,
-        nat_dev,
-        max(20, args.reps // 4),
-        max(5, args.calls // 5),
-    )
-    print(f"{'mlp_step':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
+    for name, train in (("mlp_forward", False), ("mlp_step", True)):
+        t_fl, t_nat = _interleaved(
+            _mlp(fl_dev, train),
+            _mlp(nat_dev, train),
+            fl_dev,
+            nat_dev,
+            max(20, args.reps // 4),
+            max(5, args.calls // 5),
+        )
+        print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
 
     t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
     print(

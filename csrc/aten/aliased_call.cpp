@@ -309,12 +309,15 @@ void finish_call(
   const c10::Device flagos(c10::DeviceType::PrivateUse1, call.index);
   const size_t rbegin = stack->size() - plan.num_returns;
   std::optional<StorageRelabeler> relabeler;
-  auto relabel = [&](const at::Tensor& t) -> at::Tensor {
+  auto relabel = [&](at::Tensor t) -> at::Tensor {
     if (!t.defined() || t.device().type() != native_type) {
       return t;
     }
     if (call.mapping == Mapping::Copy) {
       return t.to(flagos);
+    }
+    if (call.relabel_in_place && relabel_fresh_in_place(t, call.index)) {
+      return t;
     }
     if (!relabeler) {
       relabeler.emplace(call.index);
@@ -331,7 +334,7 @@ void finish_call(
         }
       }
     } else if (v.isTensor()) {
-      v = relabel(v.toTensor());
+      v = relabel(std::move(v).toTensor());
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> results;
       const auto list = v.toTensorList();
@@ -358,6 +361,7 @@ void call_native(
       c10::toString(native_key),
       " kernel and the installed torch has none for it");
   PreparedCall call;
+  call.relabel_in_place = true;
   prepare_call(op, plan, stack, mapping, call);
   {
     const c10::Device device(c10::DeviceType::PrivateUse1, call.index);

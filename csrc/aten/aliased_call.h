@@ -54,6 +54,9 @@ struct PreparedCall {
   };
   c10::DeviceIndex index = -1;
   Mapping mapping = Mapping::Alias;
+  // Fresh native results may be re-labelled in place (not for results a Python kernel made,
+  // whose Python objects may outlive the call).
+  bool relabel_in_place = false;
   c10::SmallVector<Written, 2> written;
   // The caller's IValues of written arguments, returned as the written results.
   c10::SmallVector<std::pair<uint16_t, c10::IValue>, 2> written_args;
