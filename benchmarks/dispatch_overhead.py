@@ -8,9 +8,9 @@ the cuda accelerator the native device is cuda.
     python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50]
 
 Prints per-operator medians (microseconds per call), their ratio flagos/native, the geometric
-mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the flagos_python route's cost
-against calling the same Python function directly. Targets (cpu accelerator): geometric mean
-<= 1.3, MLP step <= 1.05.
+mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the
+flagos_python route's cost against calling the same Python function directly.
+Targets (cpu accelerator): geometric mean <= 1.3, MLP step <= 1.05.
 """
 
 from __future__ import annotations
