@@ -12,13 +12,11 @@ from __future__ import annotations
 def _autoload() -> None:
     """Entry point of the `torch.backends` group: importing this module did the work.
 
-    Defined before `import torch`: when `import torch_fl` comes first, torch's import runs the
-    entry points and looks this up on the still partially initialised module."""
+    Defined before torch is imported: when `import torch_fl` comes first, torch's import runs
+    the entry points and looks this up on the still partially initialised module."""
 
 
-import torch  # noqa: E402,F401
-
-from torch_fl._registration import (  # noqa: E402
+from torch_fl._registration import (  # noqa: E402  (after _autoload, see above)
     check_build_record,
     claim_privateuse1,
     load_core,

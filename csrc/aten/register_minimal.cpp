@@ -1,5 +1,6 @@
-// Registration of the operators flagos implements itself (csrc/aten/native/minimal.cpp).
+// Registration of the operators flagos implements itself (csrc/aten/native/).
 
+#include "aten/native/convolution.h"
 #include "aten/native/minimal.h"
 
 #include <torch/library.h>
@@ -23,6 +24,28 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(native::set_empty));
   m.impl("is_set_to", TORCH_FN(native::is_set_to));
   m.impl("record_stream", TORCH_FN(native::record_stream));
+  m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
+  m.impl(
+      "convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+}
+
+} // namespace
+} // namespace torch_fl
+
+namespace torch_fl {
+namespace {
+
+// _copy_from is how copy_ reaches flagos; it carries the conj/neg bits to the native copy,
+// which resolves them. Without these fallthroughs the math-bit fallbacks would materialise
+// the source with another copy_, which calls _copy_from again, without end.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace

@@ -144,6 +144,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("tensor"),
       py::arg("index") = -1,
       "A flagos tensor over the same memory (zero copy).");
+  if (accelerator().native_device_type() == c10::DeviceType::CUDA) {
+    // The names other components (distributed, FlagGems) use on CUDA-ABI accelerators.
+    m.attr("_flagos_to_cuda_view") = m.attr("_flagos_to_native_view");
+    m.attr("_cuda_to_flagos_view") = m.attr("_native_to_flagos_view");
+  }
 }
 
 } // namespace torch_fl

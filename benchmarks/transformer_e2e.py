@@ -1,0 +1,139 @@
+"""End-to-end: a small GPT-2-style model from `transformers` (random weights, no download) on
+flagos against the native device: training step time, greedy-decode time and peak memory.
+
+Each measurement runs in a fresh child process, alternating flagos and native for several
+rounds; medians are reported as flagos/native ratios. Training cannot share one process: a
+CUDA backward fails where a PrivateUse1 backend is registered (pytorch/pytorch#161129), so the
+native children run with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and never load torch_fl.
+
+    python benchmarks/transformer_e2e.py [--rounds 5] [--steps 20] [--native cuda|cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if device.startswith("flagos"):
+        import torch_fl  # noqa: F401
+    dims = {"small": (4, 256, 4), "medium": (12, 768, 12)}[size]
+    config = GPT2Config(
+        vocab_size=8192, n_positions=256, n_layer=dims[0], n_embd=dims[1], n_head=dims[2]
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).to(device)
+    module = torch.flagos if device.startswith("flagos") else getattr(torch, device, None)
+
+    def sync() -> None:
+        if module is not None and hasattr(module, "synchronize"):
+            module.synchronize()
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = torch.randint(0, config.vocab_size, (8, 128)).to(device)
+
+    def train_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = model(batch, labels=batch).loss
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        train_step()
+    sync()
+    if module is not None and hasattr(module, "reset_peak_memory_stats"):
+        module.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        train_step()
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = module.max_memory_allocated() if hasattr(module, "max_memory_allocated") else 0
+
+    model.eval()
+    prompt = batch[:1, :16]
+    with torch.no_grad():
+        model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        sync()
+        decode = []
+        for _ in range(max(3, steps // 4)):
+            start = time.perf_counter()
+            model.generate(prompt, max_new_tokens=decode_tokens, do_sample=False, pad_token_id=0)
+            sync()
+            decode.append(time.perf_counter() - start)
+    return {
+        "train_step_s": statistics.median(times),
+        "decode_s": statistics.median(decode),
+        "peak_bytes": float(peak),
+    }
+
+
+def _child(device: str, args: argparse.Namespace) -> dict[str, float]:
+    env = dict(os.environ)
+    if not device.startswith("flagos"):
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        device,
+        "--steps",
+        str(args.steps),
+        "--decode-tokens",
+        str(args.decode_tokens),
+        "--size",
+        args.size,
+    ]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--size", choices=("small", "medium"), default="small")
+    parser.add_argument("--native", default=None, help="cuda or cpu (default: from the build)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_measure(args.child, args.steps, args.decode_tokens, args.size)))
+        return
+    native = args.native
+    if native is None:
+        import importlib.util
+        import pathlib
+
+        # Read the build record without importing torch_fl into this parent process.
+        record = pathlib.Path(__file__).resolve().parents[1] / "torch_fl" / "_build_config.py"
+        spec = importlib.util.spec_from_file_location("record", record)
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        native = "cuda" if mod.ACCELERATOR == "cuda" else "cpu"
+    results: dict[str, list[dict[str, float]]] = {"flagos": [], native: []}
+    for _ in range(args.rounds):
+        for device in ("flagos", native):
+            results[device].append(_child(device, args))
+    print(f"GPT-2-style {args.size} model, {args.rounds} alternating rounds, medians")
+    print(f"{'metric':<16}{'flagos':>14}{native:>14}{'ratio':>10}")
+    for metric in ("train_step_s", "decode_s", "peak_bytes"):
+        f = statistics.median(r[metric] for r in results["flagos"])
+        n = statistics.median(r[metric] for r in results[native])
+        ratio = f / n if n else float("nan")
+        print(f"{metric:<16}{f:>14.6g}{n:>14.6g}{ratio:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#include "aten/native/convolution.h"
+
+#include "aten/alias.h"
+
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <c10/core/DeviceGuard.h>
+
+namespace torch_fl::native {
+namespace {
+
+at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
+  return native.defined() ? flagos_from_native(native, index) : native;
+}
+
+} // namespace
+
+at::Tensor convolution_overrideable(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    bool transposed,
+    at::IntArrayRef output_padding,
+    int64_t groups) {
+  c10::DeviceGuard guard(input.device());
+  std::optional<at::Tensor> native_bias;
+  if (bias.has_value() && bias->defined()) {
+    native_bias = native_alias(*bias);
+  }
+  const auto out = at::convolution(
+      native_alias(input),
+      native_alias(weight),
+      native_bias,
+      stride,
+      padding,
+      dilation,
+      transposed,
+      output_padding,
+      groups);
+  return relabel(out, input.device().index());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    bool transposed,
+    at::IntArrayRef output_padding,
+    int64_t groups,
+    std::array<bool, 3> output_mask) {
+  c10::DeviceGuard guard(input.device());
+  // The bias has one entry per output channel.
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  const std::vector<int64_t> bias_sizes{out_channels};
+  auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+      native_alias(grad_output),
+      native_alias(input),
+      native_alias(weight),
+      output_mask[2] ? std::optional<at::IntArrayRef>(bias_sizes) : std::nullopt,
+      stride,
+      padding,
+      dilation,
+      transposed,
+      output_padding,
+      groups,
+      output_mask);
+  const auto index = input.device().index();
+  return {relabel(grad_input, index), relabel(grad_weight, index), relabel(grad_bias, index)};
+}
+
+} // namespace torch_fl::native

@@ -1,0 +1,158 @@
+"""The cuda accelerator on a real GPU: flagos:N is cuda:N, one memory pool, CUDA streams,
+events and RNG, zero-copy views both ways. Runs on the H200 (marker `gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        torch_fl.build_config.ACCELERATOR != "cuda", reason="needs the cuda accelerator build"
+    ),
+]
+
+
+def test_basic_device_check_matches_cuda() -> None:
+    x = torch.randn(512, 512, device="flagos")
+    result = torch.mm(x, x)
+    reference = torch.mm(x.cpu().cuda(), x.cpu().cuda())
+    assert result.device == torch.device("flagos", 0)
+    torch.testing.assert_close(result.cpu(), reference.cpu())
+
+
+def test_flagos_memory_is_cuda_pool_memory() -> None:
+    torch.flagos.synchronize()
+    before_flagos = torch.flagos.memory_allocated()
+    before_cuda = torch.cuda.memory_allocated()
+    x = torch.empty(1 << 20, dtype=torch.uint8, device="flagos")
+    assert torch.flagos.memory_allocated() - before_flagos >= 1 << 20
+    assert torch.cuda.memory_allocated() - before_cuda >= 1 << 20
+    view = torch_fl._C._flagos_to_cuda_view(x)
+    assert view.device == torch.device("cuda", 0)
+    assert view.data_ptr() == x.data_ptr()
+    back = torch_fl._C._cuda_to_flagos_view(view)
+    assert back.device == torch.device("flagos", 0) and back.data_ptr() == x.data_ptr()
+    del x, view, back
+    assert torch.flagos.memory_allocated() == before_flagos
+    torch.flagos.empty_cache()
+    assert torch.flagos.memory_reserved() == torch.cuda.memory_reserved()
+
+
+def test_streams_are_cuda_streams() -> None:
+    s = torch.flagos.Stream()
+    with torch.flagos.stream(s):
+        assert torch.cuda.current_stream().stream_id == s.stream_id
+        assert torch.flagos.current_stream().stream_id == s.stream_id
+        a = torch.randn(1024, 1024, device="flagos")
+        b = a @ a
+    torch.flagos.synchronize()
+    assert torch.cuda.current_stream().stream_id == torch.flagos.current_stream().stream_id
+    torch.testing.assert_close(b.cpu(), (a.cpu().cuda() @ a.cpu().cuda()).cpu())
+
+
+def test_events_time_gpu_work() -> None:
+    start = torch.flagos.Event(enable_timing=True)
+    end = torch.flagos.Event(enable_timing=True)
+    a = torch.randn(2048, 2048, device="flagos")
+    start.record()
+    for _ in range(5):
+        a = a @ a / 2048
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) > 0
+
+
+def test_rng_reproducible_and_generator() -> None:
+    torch.flagos.manual_seed(7)
+    a = torch.randn(1000, device="flagos")
+    state = torch.flagos.get_rng_state()
+    b = torch.randn(1000, device="flagos")
+    torch.flagos.set_rng_state(state)
+    c = torch.randn(1000, device="flagos")
+    torch.testing.assert_close(b.cpu(), c.cpu())
+    torch.flagos.manual_seed(7)
+    torch.testing.assert_close(torch.randn(1000, device="flagos").cpu(), a.cpu())
+    g = torch.Generator("flagos").manual_seed(3)
+    d = torch.rand(100, device="flagos", generator=g)
+    g.manual_seed(3)
+    torch.testing.assert_close(torch.rand(100, device="flagos", generator=g).cpu(), d.cpu())
+    assert 0.0 <= d.min().item() and d.max().item() < 1.0
+
+
+def test_pinned_non_blocking_copy_round_trip() -> None:
+    host = torch.randn(1 << 16).pin_memory()
+    assert host.is_pinned()
+    dev = host.to("flagos", non_blocking=True)
+    back = torch.empty_like(host).pin_memory()
+    back.copy_(dev, non_blocking=True)
+    torch.flagos.synchronize()
+    torch.testing.assert_close(back, host)
+
+
+def test_device_properties_report_the_gpu() -> None:
+    props = torch.flagos.get_device_properties(0)
+    ref = torch.cuda.get_device_properties(0)
+    assert props.name == ref.name
+    assert props.total_memory == ref.total_memory
+    assert torch.flagos.get_device_capability(0) == torch.cuda.get_device_capability(0)
+
+
+def test_training_step_matches_cpu() -> None:
+    # The reference trains on the CPU: a CUDA backward cannot run in a process where a
+    # PrivateUse1 backend is registered (upstream pytorch/pytorch#161129, see docs).
+    torch.manual_seed(0)
+    layers = (torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128))
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(128, 10))
+    ref = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128), torch.nn.Linear(128, 10)
+    )
+    ref.load_state_dict(model.state_dict())
+    model.to("flagos")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    x = torch.randn(32, 64)
+    y = torch.randint(0, 10, (32,))
+    for _ in range(3):
+        for m, o, dev in ((model, opt, "flagos"), (ref, ref_opt, "cpu")):
+            o.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(x.to(dev)), y.to(dev))
+            loss.backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert p.device.type == "flagos"
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_non_blocking_copy_does_not_wait_for_the_stream() -> None:
+    src = torch.randn(1 << 20, device="flagos")
+    dst = torch.empty(1 << 20).pin_memory()
+    torch.cuda._sleep(int(2e8))  # keep the current (flagos == cuda) stream busy
+    dst.copy_(src, non_blocking=True)
+    assert not torch.flagos.current_stream().query(), "the copy waited for the stream"
+    torch.flagos.synchronize()
+    torch.testing.assert_close(dst, src.cpu())
+
+
+def test_record_stream_keeps_memory_for_the_side_stream() -> None:
+    side = torch.flagos.Stream()
+    x = torch.ones(1 << 20, device="flagos")
+    ptr = x.data_ptr()
+    with torch.flagos.stream(side):
+        torch.cuda._sleep(int(2e8))
+        y = x * 2
+    x.record_stream(side)
+    del x
+    z = torch.empty(1 << 20, device="flagos")  # must not reuse x's block while side runs
+    assert z.data_ptr() != ptr
+    side.synchronize()
+    assert torch.equal(y.cpu(), torch.full((1 << 20,), 2.0))
+
+
+def test_invalid_device_index_is_rejected() -> None:
+    count = torch.flagos.device_count()
+    with pytest.raises((IndexError, RuntimeError), match="flagos"):
+        torch.empty(1, device=f"flagos:{count}")
