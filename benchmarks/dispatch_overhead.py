@@ -171,6 +171,22 @@ def main() -> None:
             max(5, args.calls // 5),
         )
         print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
+    # The autograd engine runs the backward of device tensors on a per-device worker thread
+    # (CPU tensors: on the calling thread), so a step on flagos pays a thread hand-off that
+    # plain CPU does not. This line runs both on the calling thread, isolating the router.
+    with torch.autograd.set_multithreading_enabled(False):
+        t_fl, t_nat = _interleaved(
+            _mlp(fl_dev, True),
+            _mlp(nat_dev, True),
+            fl_dev,
+            nat_dev,
+            max(20, args.reps // 4),
+            max(5, args.calls // 5),
+        )
+    print(
+        f"{'mlp_step_st':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
+        "   (autograd multithreading off: backward on the calling thread for both)"
+    )
 
     t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
     print(
