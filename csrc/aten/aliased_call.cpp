@@ -249,9 +249,11 @@ void prepare_call(
       case ArgPlan::Kind::OptionalTensorList: {
         c10::List<std::optional<at::Tensor>> mapped_list;
         for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-          mapped_list.push_back(
-              t.has_value() && is_flagos(*t) ? std::optional<at::Tensor>(to_native(*t, false, mapping))
-                                             : t);
+          if (t.has_value() && is_flagos(*t)) {
+            mapped_list.push_back(to_native(*t, false, mapping));
+          } else {
+            mapped_list.push_back(t);
+          }
         }
         v = std::move(mapped_list);
         break;

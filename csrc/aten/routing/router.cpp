@@ -85,7 +85,8 @@ std::string join_routes() {
 }
 
 bool is_device_accelerator() {
-  return accelerator().native_device_type() != c10::DeviceType::CPU;
+  static const bool device = accelerator().native_device_type() != c10::DeviceType::CPU;
+  return device;
 }
 
 // ---- the registry of operator entries and configuration ----
