@@ -247,10 +247,24 @@ def test_env_overrides_listed_or_not(tmp_path):
         ({"FLAGOS_STRICT": "maybe"}, "FLAGOS_STRICT='maybe' is not a boolean"),
     ],
 )
-def test_bad_variables_fail_the_import_naming_them(env, expected):
-    r = run_python("import torch_fl", **env)
+def test_bad_variables_are_errors_naming_them(monkeypatch, env, expected):
+    # The same load that `import torch_fl` runs, in this process: it reads every variable and
+    # fails before changing anything.
+    table = routing.active_table()
+    before = (torch_fl._C._routing_log_flags(), bool(routing.strict(None)), routing.overrides())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError) as err:
+        torch_fl._C._routing_load(table["path"], table["origin"])
+    assert expected in str(err.value)
+    after = (torch_fl._C._routing_log_flags(), bool(routing.strict(None)), routing.overrides())
+    assert after == before
+
+
+def test_bad_variable_fails_the_import():
+    r = run_python("import torch_fl", FLAGOS_OP_add__Tensor="gpu")
     assert r.returncode != 0
-    assert expected in r.stderr
+    assert "FLAGOS_OP_add__Tensor=gpu: unknown route 'gpu'; valid routes: " in r.stderr
 
 
 def test_dispatch_log_once_and_every_call():
