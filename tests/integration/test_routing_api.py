@@ -201,3 +201,52 @@ def test_eight_threads_through_different_routes():
     assert stats["aten::sub.Tensor"] == {"flagos_python": 1600}
     assert stats["aten::add.Tensor"] == {routing.default_route(): 800}
     assert stats["aten::mm"] == {routing.default_route(): 800}
+
+
+def test_route_changes_while_threads_dispatch():
+    """Routes flip between cpu_fallback and flagos_python while seven threads add: every
+    result is right and every call is counted on one of the two routes."""
+
+    def py_add(self, other, *, alpha=1):
+        return torch.add(self, other, alpha=alpha)
+
+    routing.register_python_kernel("add.Tensor", py_add)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def flipper() -> None:
+        routes = ("flagos_python", "cpu_fallback")
+        i = 0
+        while not stop.is_set():
+            routing.set_route("add.Tensor", routes[i % 2])
+            i += 1
+            stop.wait(0.0002)
+
+    def adder(seed: int) -> None:
+        try:
+            g = torch.Generator().manual_seed(seed)
+            x_cpu = torch.randn(8, 8, generator=g)
+            x = x_cpu.to("flagos")
+            for _ in range(300):
+                torch.testing.assert_close((x + x).cpu(), x_cpu + x_cpu)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    routing.reset_stats()
+    flip = threading.Thread(target=flipper)
+    adders = [threading.Thread(target=adder, args=(i,)) for i in range(7)]
+    flip.start()
+    try:
+        for t in adders:
+            t.start()
+        for t in adders:
+            t.join()
+    finally:
+        stop.set()
+        flip.join()
+        routing.set_route("add.Tensor", None)
+        routing.register_python_kernel("add.Tensor", None)
+    assert not errors, errors[0]
+    counts = routing.stats()["aten::add.Tensor"]
+    assert sum(counts.values()) == 7 * 300
+    assert set(counts) <= {"flagos_python", "cpu_fallback"}
