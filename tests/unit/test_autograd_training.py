@@ -23,7 +23,9 @@ def make_model(seed: int = 0) -> nn.Module:
 
 def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(42)
-    return [(torch.randn(12, 8, generator=g), torch.randint(0, 3, (12,), generator=g)) for _ in range(n)]
+    return [
+        (torch.randn(12, 8, generator=g), torch.randint(0, 3, (12,), generator=g)) for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +59,9 @@ def test_mlp_training_matches_cpu_step_by_step(make_opt) -> None:
         cpu_opt.step()
         dev_opt.step()
         for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
-            torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), msg=f"{name} step {step}")
+            torch.testing.assert_close(
+                p_dev.detach().cpu(), p_cpu.detach(), msg=f"{name} step {step}"
+            )
     for state in dev_opt.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.dim() > 0:

@@ -17,7 +17,9 @@ def roundtrip(obj: object, **load_kwargs) -> object:
     return torch.load(buffer, **load_kwargs)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
+)
 def test_flagos_tensor_roundtrip_stays_on_flagos(dtype: torch.dtype) -> None:
     src = (torch.arange(12) % 3).to(dtype).reshape(3, 4)
     t = src.to("flagos")
@@ -87,7 +89,9 @@ def test_state_dict_roundtrip_through_file(tmp_path: Path) -> None:
     for key, value in model.state_dict().items():
         assert state[key].device.type == "flagos", key
         assert torch.equal(state[key].cpu(), value.cpu()), key
-    fresh = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to("flagos")
+    fresh = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to(
+        "flagos"
+    )
     fresh.load_state_dict(state)
     fresh.eval()
     model.eval()
