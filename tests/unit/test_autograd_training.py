@@ -53,12 +53,16 @@ def test_mlp_training_matches_cpu_step_by_step(make_opt) -> None:
         torch.testing.assert_close(dev_loss.cpu(), cpu_loss, msg=f"loss at step {step}")
         cpu_loss.backward()
         dev_loss.backward()
-        for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
+        for (name, p_cpu), p_dev in zip(
+            cpu_model.named_parameters(), dev_model.parameters(), strict=True
+        ):
             assert p_dev.grad is not None and p_dev.grad.device == p_dev.device
             torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, msg=f"grad {name} step {step}")
         cpu_opt.step()
         dev_opt.step()
-        for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters()):
+        for (name, p_cpu), p_dev in zip(
+            cpu_model.named_parameters(), dev_model.parameters(), strict=True
+        ):
             torch.testing.assert_close(
                 p_dev.detach().cpu(), p_cpu.detach(), msg=f"{name} step {step}"
             )
