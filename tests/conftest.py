@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip_gpu = pytest.mark.skip(reason="needs a real accelerator; this build is the cpu one")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip_gpu)
 
 
@@ -47,19 +47,27 @@ def two_devices() -> None:
 
 
 def run_python(
-    code: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+    code: str,
+    env: dict[str, str | None] | None = None,
+    path_first: Path | None = None,
+    timeout: float = 180,
 ) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter with this checkout first on the path."""
+    """Runs `code` in a fresh interpreter with `path_first` (default: this checkout) first on
+    the path. `env` entries override the environment; a None value removes the variable."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        [str(path_first or REPO_ROOT)]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
-    if env:
-        full_env.update(env)
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
     return subprocess.run(
         [sys.executable, "-c", code],
         env=full_env,
-        cwd=str(cwd or REPO_ROOT),
+        cwd=str(path_first or REPO_ROOT),
         capture_output=True,
         text=True,
         timeout=timeout,
