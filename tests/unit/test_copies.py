@@ -166,3 +166,41 @@ def test_copy_to_flagos_rejects_bad_index() -> None:
     bad = torch.flagos.device_count()
     with pytest.raises((IndexError, RuntimeError), match=f"flagos:{bad}"):
         torch.ones(2).to(f"flagos:{bad}")
+
+
+# Conjugate and negative views: copies must resolve the bit (this once recursed forever and
+# killed the interpreter, which is why tests/unit runs one interpreter per file).
+MATH_BIT_VIEWS = {
+    "conj": lambda t: t.conj(),
+    "neg_view": lambda t: t._neg_view(),
+    "conj_imag": lambda t: t.conj().imag,
+    "conj_transposed": lambda t: t.t().conj(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATH_BIT_VIEWS))
+def test_copies_of_math_bit_views(name: str) -> None:
+    make = MATH_BIT_VIEWS[name]
+    src = sample(torch.complex64, (3, 4), seed=5)
+    on = src.to("flagos")
+    view = make(on)
+    expected = make(src).resolve_conj().resolve_neg()
+    assert view.is_conj() == make(src).is_conj() and view.is_neg() == make(src).is_neg()
+    assert view.untyped_storage().data_ptr() == on.untyped_storage().data_ptr()  # still lazy
+    assert torch.equal(view.cpu().resolve_conj().resolve_neg(), expected)
+    assert torch.equal(view.clone().cpu().resolve_conj().resolve_neg(), expected)
+    assert torch.equal(view.resolve_conj().resolve_neg().cpu(), expected)
+    assert torch.equal((view * 1).cpu(), expected)
+    if torch.flagos.device_count() > 1:
+        assert torch.equal(view.to("flagos:1").cpu().resolve_conj().resolve_neg(), expected)
+
+
+def test_copy_into_conj_view_destination() -> None:
+    src = sample(torch.complex64, (5,), seed=6)
+    dst = torch.zeros(5, dtype=torch.complex64, device="flagos")
+    dst_cpu = torch.zeros(5, dtype=torch.complex64)
+    dst.conj().copy_(src.to("flagos"))
+    dst_cpu.conj().copy_(src)
+    assert torch.equal(dst.cpu(), dst_cpu)
+    dst.conj().copy_(src)  # from cpu
+    assert torch.equal(dst.cpu(), dst_cpu)
