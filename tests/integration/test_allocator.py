@@ -247,3 +247,62 @@ def test_storage_resize_is_accounted() -> None:
     assert int(t[:MB].sum()) == MB  # the old contents survived the move
     del t
     assert torch.flagos.memory_allocated() == before
+
+
+@pytest.mark.parametrize(
+    "big,small", [(80_000, 48_000), (3 * MB, 2 * MB), (1536 * 1024, 900 * 1024)]
+)
+def test_reused_larger_block_is_accounted_consistently(big: int, small: int) -> None:
+    # A freed block may serve a smaller request; taking it and giving it back must leave the
+    # statistics where they were (they once drifted below zero by the size difference).
+    before = torch.flagos.memory_stats()
+    t = torch.empty(big, dtype=torch.uint8, device="flagos")
+    ptr = t.data_ptr()
+    del t
+    u = torch.empty(small, dtype=torch.uint8, device="flagos")
+    during = torch.flagos.memory_stats()
+    if u.data_ptr() == ptr:  # the cache chose to reuse the larger block
+        assert during["num_device_alloc"] == before["num_device_alloc"] + 1
+    assert during["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] >= small
+    assert during["requested_bytes.all.current"] - before["requested_bytes.all.current"] == small
+    for kind in ("allocated_bytes", "active_bytes", "allocation"):
+        pools = during[f"{kind}.small_pool.current"] + during[f"{kind}.large_pool.current"]
+        assert pools == during[f"{kind}.all.current"], kind
+    del u
+    after = torch.flagos.memory_stats()
+    for key in (
+        "allocated_bytes.all.current",
+        "allocated_bytes.small_pool.current",
+        "allocated_bytes.large_pool.current",
+        "active_bytes.all.current",
+        "requested_bytes.all.current",
+        "allocation.all.current",
+    ):
+        assert after[key] == before[key], key
+
+
+def test_statistics_return_to_baseline_after_mixed_workload() -> None:
+    before = torch.flagos.memory_stats()
+
+    def workload() -> None:
+        x = torch.randn(100, 100, device="flagos")
+        for _ in range(10):
+            z = torch.cat([x, x])
+            float(z.sum())
+            x.add_(1)
+            m = x[x > 0]
+            out = torch.empty(0, device="flagos")
+            torch.mul(m, 2, out=out)
+            v = x.t().contiguous() @ x
+            assert v.shape == (100, 100) and out.shape == m.shape
+
+    workload()
+    _settle()
+    after = torch.flagos.memory_stats()
+    for key in (
+        "allocated_bytes.all.current",
+        "active_bytes.all.current",
+        "allocation.all.current",
+    ):
+        assert after[key] == before[key], key
+        assert after[key] >= 0, key
