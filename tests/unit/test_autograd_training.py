@@ -152,3 +152,25 @@ def test_dropout_train_eval() -> None:
     assert torch.equal(y[y != 0].cpu(), torch.full((1000 - zeros,), 2.0))
     drop.eval()
     assert torch.equal(drop(x).cpu(), x.cpu())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=NotImplementedError,
+    reason="aten::convolution on flagos dispatches to convolution_overrideable, which has no CPU "
+    "kernel, so the boxed CPU fallback raises NotImplementedError; flagos needs kernels for "
+    "convolution_overrideable / convolution_backward_overrideable that run at::convolution on "
+    "the native aliases",
+)
+def test_small_cnn_matches_cpu() -> None:
+    torch.manual_seed(0)
+    cpu_model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    dev_model = copy.deepcopy(cpu_model).to("flagos")
+    x = torch.randn(2, 3, 8, 8)
+    cpu_out = cpu_model(x)
+    dev_out = dev_model(x.to("flagos"))
+    torch.testing.assert_close(dev_out.cpu(), cpu_out)
+    cpu_out.sum().backward()
+    dev_out.sum().backward()
+    for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters(), strict=True):
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)
