@@ -204,3 +204,29 @@ def test_copy_into_conj_view_destination() -> None:
     assert torch.equal(dst.cpu(), dst_cpu)
     dst.conj().copy_(src)  # from cpu
     assert torch.equal(dst.cpu(), dst_cpu)
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_deepcopy_keeps_device_and_copies_memory() -> None:
+    import copy
+
+    src = torch.arange(6.0).reshape(2, 3)
+    x = src.to("flagos:1")
+    y = copy.deepcopy(x)
+    assert y.device == x.device and y.data_ptr() != x.data_ptr()
+    y.zero_()
+    assert torch.equal(x.cpu(), src)
+    p = copy.deepcopy(torch.nn.Parameter(x))
+    assert isinstance(p, torch.nn.Parameter) and p.device == x.device
+    assert torch.equal(p.detach().cpu(), src)
+
+
+def test_untyped_storage_operations() -> None:
+    storage = torch.UntypedStorage(8, device="flagos")
+    assert storage.device == torch.device("flagos", 0) and storage.is_flagos
+    storage.copy_(torch.tensor([1.0, 2.0]).untyped_storage())
+    assert storage.cpu().tolist() == torch.tensor([1.0, 2.0]).untyped_storage().tolist()
+    storage.fill_(7)
+    assert storage.cpu().tolist() == [7] * 8
+    storage.resize_(16)
+    assert storage.nbytes() == 16 and storage.cpu().tolist()[:8] == [7] * 8

@@ -192,3 +192,23 @@ def test_build_record_is_exposed() -> None:
     assert record.ACCELERATOR in ("cpu", "cuda", "dcu")
     assert record.TORCH_VERSION.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2]
     assert torch_fl._C._accelerator_name() == record.ACCELERATOR
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_current_device_is_per_thread() -> None:
+    import threading
+
+    F.set_device(1)
+    seen: dict = {}
+
+    def worker() -> None:
+        seen["start"] = F.current_device()
+        F.set_device(1)
+        seen["tensor"] = torch.ones(1, device="flagos").device
+        F.set_device(0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"start": 0, "tensor": torch.device("flagos", 1)}
+    assert F.current_device() == 1  # the worker's switches stayed in the worker

@@ -81,3 +81,15 @@ def test_flagos_tensor_cannot_be_pinned() -> None:
         t.pin_memory()
     with pytest.raises(RuntimeError, match="pinned"):
         torch.empty(3, device="flagos", pin_memory=True)
+
+
+def test_dataloader_with_workers_and_pin_memory() -> None:
+    data = torch.arange(40.0).reshape(20, 2)
+    loader = DataLoader(TensorDataset(data), batch_size=3, num_workers=2, pin_memory=True)
+    moved = []
+    for (batch,) in loader:
+        assert batch.is_pinned()
+        moved.append(batch.to("flagos", non_blocking=True))
+    torch.flagos.synchronize()
+    assert all(m.device.type == "flagos" for m in moved)
+    assert torch.equal(torch.cat(moved).cpu(), data)
