@@ -230,3 +230,30 @@ def test_flagos_rng_independent_of_cpu_rng() -> None:
     torch.rand(100)  # the CPU default generator advancing must not move flagos
     torch.default_generator.manual_seed(999)
     assert torch.equal(draw(), a)
+
+
+FLAGOS1_RANDOM_OPS = {
+    "rand": lambda: torch.rand(8, device="flagos:1"),
+    "randn": lambda: torch.randn(8, device="flagos:1"),
+    "randint": lambda: torch.randint(0, 9, (8,), device="flagos:1"),
+    "randperm": lambda: torch.randperm(8, device="flagos:1"),
+    "uniform_": lambda: torch.empty(8, device="flagos:1").uniform_(),
+    "normal_": lambda: torch.empty(8, device="flagos:1").normal_(),
+    "bernoulli_": lambda: torch.empty(8, device="flagos:1").bernoulli_(0.5),
+    "rand_like": lambda: torch.rand_like(torch.empty(8, device="flagos:1")),
+    "multinomial": lambda: torch.multinomial(torch.ones(8, device="flagos:1"), 4),
+}
+
+
+@pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("name", sorted(FLAGOS1_RANDOM_OPS))
+def test_random_ops_on_flagos1_draw_from_flagos1_generator(name: str) -> None:
+    op = FLAGOS1_RANDOM_OPS[name]
+    F.manual_seed_all(55)
+    state0, state1 = F.get_rng_state(0), F.get_rng_state(1)
+    first = op()
+    assert first.device == torch.device("flagos", 1)
+    assert torch.equal(F.get_rng_state(0), state0)  # flagos:0's generator untouched
+    assert not torch.equal(F.get_rng_state(1), state1)  # flagos:1's generator advanced
+    F.set_rng_state(state1, 1)
+    assert torch.equal(op().cpu(), first.cpu())  # and its state alone decides the numbers
