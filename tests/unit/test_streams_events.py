@@ -163,3 +163,13 @@ def test_stream_rejects_other_device_types() -> None:
         F.Stream(device="cpu")
     with pytest.raises((IndexError, RuntimeError), match="Invalid device flagos"):
         F.Stream(F.device_count())
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_stream_object_as_context_manager() -> None:
+    s = F.Stream(1)
+    with s:
+        assert F.current_stream(1) == s
+        assert F.current_device() == 1
+    assert F.current_stream(1) == F.default_stream(1)
+    assert F.current_device() == 0
