@@ -8,9 +8,16 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-import torch
 
-from torch_fl._registration import (
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this module did the work."""
+
+
+# Defined before `import torch`: when torch_fl is imported first, torch's backend autoloading
+# looks `_autoload` up on this partially initialised module.
+import torch  # noqa: E402, F401
+
+from torch_fl._registration import (  # noqa: E402
     check_build_record,
     claim_privateuse1,
     load_core,
@@ -30,7 +37,3 @@ register_python_side(DEVICE_NAME, flagos)
 from torch_fl.version import __version__  # noqa: E402
 
 __all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this module did the work."""
