@@ -91,4 +91,6 @@ if ((${#failed[@]})); then
   echo "FAIL: ${#failed[@]} test stage(s) failed"
   exit 1
 fi
-echo "PASS: all test stages passed"
+note=""
+((${#warned[@]})) && note=", ${#warned[@]} warning(s)"
+echo "PASS: ${#passed[@]} test stage(s) passed, none failed$note"
