@@ -125,10 +125,8 @@ TEST_F(DeviceAllocatorTest, EmptyCacheReleasesOnlyUnusedBlocks) {
   std::memset(kept.get(), 1, 2048); // a live block survives empty_cache
 }
 
-// Disabled: shows a bug in CpuDeviceAllocator::allocate. A request served from a larger cached
-// block is counted at the request's rounded size but released at the block's size, so
-// allocated_bytes drifts below zero. Enable once allocate() accounts block->size.
-TEST_F(DeviceAllocatorTest, DISABLED_ReusingALargerCachedBlockKeepsStatisticsBalanced) {
+// A request served from a larger cached block is accounted at the block's size both ways.
+TEST_F(DeviceAllocatorTest, ReusingALargerCachedBlockKeepsStatisticsBalanced) {
   const auto start = stats(0);
   const auto all = pool(StatType::AGGREGATE);
   {
