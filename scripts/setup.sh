@@ -86,7 +86,7 @@ if [[ "$managed" == 1 && "$in_venv" == 0 ]]; then
 fi
 pip_install() { "$PYTHON" -m pip install "${pip_args[@]}" "$@"; }
 
-torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2> /dev/null || true)
+torch_version=$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PYTHON" -c 'import torch; print(torch.__version__)' 2> /dev/null || true)
 if [[ -n "$torch_version" ]] && "$PYTHON" - "$torch_version" << 'EOF'; then
 import sys
 major, minor = (int(p) for p in sys.argv[1].split("+")[0].split(".")[:2])

@@ -39,8 +39,4 @@ routing._load_at_import(build_config)
 
 from torch_fl.version import __version__  # noqa: E402
 
-<<<<<<< HEAD
 __all__ = ["DEVICE_NAME", "build_config", "flagos", "routing", "__version__"]
-=======
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
->>>>>>> agent/docs
