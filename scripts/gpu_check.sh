@@ -32,5 +32,9 @@ run() {
 run tests/integration/test_cuda_accelerator.py tests/integration/test_math_bits_contract.py
 run tests/integration/ops/ -m "main_ops and not flaggems and not flaggems_python"
 run tests/integration/test_profiler_parity.py -m main_ops
+run tests/integration/test_amp_contract.py -m amp
+run tests/integration/test_allocator.py tests/integration/test_factory_ops.py
+run tests/integration --ignore=tests/integration/ops -m "not slow" \
+  --deselect tests/integration/test_cuda_sources_compile.py
 for extra in "$@"; do run "$extra"; done
 exit $status
