@@ -27,9 +27,13 @@ from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
 
+from torch_fl import comm  # noqa: E402
+
+comm.register()  # the `flagos` torch.distributed backend
+
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
+__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "__version__"]
 
 
 def _autoload() -> None:
