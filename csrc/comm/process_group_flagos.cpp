@@ -183,6 +183,9 @@ class FlagOSWork final : public c10d::Work {
     } catch (c10::Error& e) {
       e.add_context(context_);
       throw;
+    } catch (const std::exception& e) {
+      // gloo reports peers that left or timed out as std::runtime_error: say where it happened.
+      C10_THROW_ERROR(DistBackendError, c10::str(context_, " failed: ", e.what()));
     }
   }
 

@@ -344,7 +344,7 @@ def worker(args) -> int:
         elif args.scenario == "peer_silent":
             # The last rank stays alive but never joins the collective: a timeout, with a message.
             if rank == world - 1:
-                time.sleep(args.timeout * 3)
+                time.sleep(args.timeout * 2)
                 os._exit(0)
             t = torch.ones(4, device=device)
             start = time.monotonic()
