@@ -20,6 +20,25 @@ bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == kFlagos;
 }
 
+const char* path_name(TensorPath path) {
+  return path == TensorPath::ZeroCopy ? "zero_copy" : "host_staged";
+}
+
+// Where a work came from, formatted only when an error needs it.
+struct WorkContext {
+  const char* op;
+  std::string tier;
+  TensorPath path;
+  int rank;
+  int size;
+
+  std::string str() const {
+    return c10::str(
+        "ProcessGroupFlagOS ", op, " (tier ", tier, ", ", path_name(path), ", rank ", rank,
+        " of ", size, ")");
+  }
+};
+
 // What remains to do once the inner work has completed. Shared by the work and by the
 // callback of its future, so whichever observes completion first does it, once.
 struct Completion {
@@ -80,7 +99,7 @@ class FlagOSWork final : public c10d::Work {
       c10d::OpType type,
       c10::intrusive_ptr<c10d::Work> inner,
       std::shared_ptr<Completion> completion,
-      std::string context)
+      WorkContext context)
       : c10d::Work(rank, type),
         inner_(std::move(inner)),
         completion_(std::move(completion)),
@@ -151,12 +170,12 @@ class FlagOSWork final : public c10d::Work {
     } catch (const c10::Error& e) {
       TORCH_CHECK(
           false,
-          context_,
+          context_.str(),
           ": the inner backend's work has no future (",
           e.what_without_backtrace(),
           "); use wait() instead");
     }
-    TORCH_CHECK(inner_future, context_, ": the inner backend's work has no future");
+    TORCH_CHECK(inner_future, context_.str(), ": the inner backend's work has no future");
     auto outer = c10::make_intrusive<c10::ivalue::Future>(
         c10::ListType::create(c10::TensorType::get()), flagos_devices(completion_->results));
     inner_future->addCallback([completion = completion_, outer](c10::ivalue::Future& f) {
@@ -181,17 +200,17 @@ class FlagOSWork final : public c10d::Work {
     try {
       f();
     } catch (c10::Error& e) {
-      e.add_context(context_);
+      e.add_context(context_.str());
       throw;
     } catch (const std::exception& e) {
       // gloo reports peers that left or timed out as std::runtime_error: say where it happened.
-      C10_THROW_ERROR(DistBackendError, c10::str(context_, " failed: ", e.what()));
+      C10_THROW_ERROR(DistBackendError, c10::str(context_.str(), " failed: ", e.what()));
     }
   }
 
   c10::intrusive_ptr<c10d::Work> inner_;
   std::shared_ptr<Completion> completion_;
-  std::string context_;
+  WorkContext context_;
   std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -305,7 +324,7 @@ class GroupWork final : public c10d::Work {
 } // namespace
 
 const char* tensor_path_name(TensorPath path) {
-  return path == TensorPath::ZeroCopy ? "zero_copy" : "host_staged";
+  return path_name(path);
 }
 
 // One collective call: validates the flagos arguments, maps them to what the inner backend
@@ -318,10 +337,12 @@ class Call {
     pg_.bind_inner_device();
   }
 
+  WorkContext work_context() const {
+    return WorkContext{op_, pg_.tier_, pg_.path_, pg_.getRank(), pg_.getSize()};
+  }
+
   std::string context() const {
-    return c10::str(
-        "ProcessGroupFlagOS ", op_, " (tier ", pg_.tier_, ", ", tensor_path_name(pg_.path_),
-        ", rank ", pg_.getRank(), " of ", pg_.getSize(), ")");
+    return work_context().str();
   }
 
   void check(const at::Tensor& t, const char* what) {
@@ -488,7 +509,7 @@ class Call {
       return inner;
     }
     c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<FlagOSWork>(
-        pg_.getRank(), type, std::move(inner), completion_, context());
+        pg_.getRank(), type, std::move(inner), completion_, work_context());
     if (pg_.coalescing_ && !pg_.native_coalescing_) {
       pg_.coalesced_works_.push_back(work);
     }
@@ -580,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
   completion->results = std::move(results);
   return c10::make_intrusive<FlagOSWork>(
       getRank(), c10d::OpType::COALESCED, std::move(inner), std::move(completion),
-      c10::str("ProcessGroupFlagOS coalesced (tier ", tier_, ")"));
+      WorkContext{"coalesced collectives", tier_, path_, getRank(), getSize()});
 }
 
 void ProcessGroupFlagOS::setTimeout(std::chrono::milliseconds timeout) {
