@@ -123,6 +123,29 @@ at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index) 
   return flagos_from_native(native, relabeler);
 }
 
+bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
+  auto* impl = native.unsafeGetTensorImpl();
+  auto& accel = accelerator();
+  if (native.use_count() != 1 || native.weak_use_count() != 1 ||
+      !impl->key_set().has(accel.native_dispatch_key()) || impl->layout() != c10::kStrided ||
+      !impl->has_storage() || !impl->allow_tensor_metadata_change()) {
+    return false;
+  }
+  const c10::Storage& storage = impl->storage();
+  c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
+  // (a temporary weak reference counts itself once, all strong references once more)
+  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 ||
+      flagos_storage_behind(storage) != nullptr || !simpl->resizable()) {
+    return false;
+  }
+  const size_t nbytes = simpl->nbytes();
+  simpl->set_data_ptr_noswap(accel.adopt_native(take_native_memory(storage), nbytes, index));
+  simpl->set_allocator(accel.device_allocator());
+  impl->set_storage_keep_dtype(storage); // refreshes the tensor's device from the storage
+  impl->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, index));
+  return true;
+}
+
 void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   auto* dst = original.unsafeGetTensorImpl();
   const auto* src = alias.unsafeGetTensorImpl();

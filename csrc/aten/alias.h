@@ -34,6 +34,12 @@ class FLAGOS_API StorageRelabeler {
 FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabeler);
 FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index);
 
+// Turns a fresh native result into a flagos tensor without allocating: when nothing else
+// references the tensor or its storage (and the storage is not an alias of flagos memory), the
+// same TensorImpl and StorageImpl are re-labelled as flagos:index. Returns false (and changes
+// nothing) otherwise; then flagos_from_native is the way.
+FLAGOS_API bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index);
+
 // After a kernel wrote through `alias` (maybe resizing or re-pointing it), makes `original`
 // describe the same memory and shape.
 FLAGOS_API void sync_from_alias(const at::Tensor& original, const at::Tensor& alias);

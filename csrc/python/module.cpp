@@ -14,6 +14,9 @@
 namespace py = pybind11;
 
 namespace torch_fl {
+
+void init_routing_bindings(py::module_& m);
+
 namespace {
 
 py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
@@ -61,6 +64,7 @@ c10::Device flagos(c10::DeviceIndex index) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_fl C++ core bindings";
+  init_routing_bindings(m);
   init_comm_bindings(m);
   m.def("_config_error", &config_error);
   m.def("_accelerator_name", [] { return std::string(accelerator().name()); });

@@ -62,8 +62,17 @@ def test_lower_precision_ops_run_in_the_autocast_dtype(op, dtype: torch.dtype) -
         lambda h: torch.cumsum(h, dim=-1),
         lambda h: h.norm(),
     ],
-    ids=["exp", "log", "rsqrt", "layer_norm", "mse_loss", "softmax", "log_softmax", "cumsum",
-         "norm"],
+    ids=[
+        "exp",
+        "log",
+        "rsqrt",
+        "layer_norm",
+        "mse_loss",
+        "softmax",
+        "log_softmax",
+        "cumsum",
+        "norm",
+    ],
 )
 def test_fp32_ops_widen_low_precision_inputs(op, dtype: torch.dtype) -> None:
     with torch.autocast("flagos", dtype=dtype):
@@ -135,7 +144,7 @@ def test_grad_scaler_skips_non_finite_steps_and_backs_off() -> None:
     params = [p.detach().clone() for p in model.parameters()]
     scaler.step(opt)
     scaler.update()
-    for before, after in zip(params, model.parameters()):
+    for before, after in zip(params, model.parameters(), strict=True):
         assert torch.equal(before.cpu(), after.detach().cpu())
     assert scaler.get_scale() == 512.0
 
@@ -160,5 +169,5 @@ def test_training_loop_follows_fp32(dtype: torch.dtype) -> None:
             scaler.update()
             losses[mode].append(loss.item())
     assert losses["amp"][-1] < 0.5 * losses["amp"][0]
-    for a, f in zip(losses["amp"], losses["fp32"]):
+    for a, f in zip(losses["amp"], losses["fp32"], strict=True):
         assert abs(a - f) <= 0.05 * f + 0.02
