@@ -3,10 +3,11 @@
     python tests/manual/test_flagos_dist_live.py --world-size 2
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
-directory), runs every collective the backend implements and a DistributedDataParallel training
-loop, and checks each result against a reference computed in the same process without
-torch.distributed (every rank's input is a function of its rank). On the cpu accelerator the
-ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each rank takes one GPU.
+directory), runs every collective the backend implements, a DistributedDataParallel training
+loop and an FSDP2 (fully_shard) training loop, and checks each result against a reference
+computed in the same process without torch.distributed (every rank's input is a function of
+its rank). On the cpu accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on
+a GPU machine each rank takes one GPU.
 
 Options: --tier flagcx|nccl|gloo requests a tier (default: the first usable one),
 --host-staged forces host staging on the gloo tier, --timeout bounds every collective.
@@ -292,6 +293,46 @@ def run_ddp(rank: int, world: int, device, steps: int = 5) -> list[str]:
     return done
 
 
+def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
+    """FSDP2 (fully_shard) on flagos against plain training in one process."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch without FSDP2
+        return ["FSDP2 skipped (torch has no fully_shard)"]
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("flagos", (world,))
+    reference = _model(11)
+    model = _model(11).to(device)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(99)
+    for _ in range(steps):
+        x, y = torch.randn(8 * world, 16, generator=gen), torch.randn(8 * world, 4, generator=gen)
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        shard = slice(rank * 8, (rank + 1) * 8)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x[shard].to(device)), y[shard].to(device)).backward()
+        opt.step()
+    done: list[str] = []
+    full = {name: p.full_tensor() for name, p in model.state_dict().items()}
+    for name, q in reference.state_dict().items():
+        if full[name].device.type != "flagos":
+            raise AssertionError(f"FSDP2 parameter {name} on {full[name].device}")
+        _check(f"FSDP2 {name}", full[name], q, done, atol=1e-4)
+    dist.barrier()
+    return done
+
+
 def worker(args) -> int:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
@@ -325,7 +366,11 @@ def worker(args) -> int:
             "unavailable": info.unavailable,
         }
         if args.scenario == "all":
-            report["checks"] = run_collectives(rank, world, device) + run_ddp(rank, world, device)
+            report["checks"] = (
+                run_collectives(rank, world, device)
+                + run_ddp(rank, world, device)
+                + run_fsdp(rank, world, device)
+            )
             dist.barrier()
         elif args.scenario == "peer_exit":
             # The last rank leaves without taking part; the others must get an error, not hang.
