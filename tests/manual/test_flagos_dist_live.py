@@ -235,6 +235,12 @@ def run_collectives(rank: int, world: int, device) -> list[str]:
     dist.all_reduce(t)
     _check("all_reduce bfloat16", t, stacked.sum(0).to(torch.bfloat16), done, atol=0.5)
 
+    # a subgroup gets its own ProcessGroupFlagOS
+    sub = dist.new_group(list(range(world)))
+    t = inputs[rank].to(device)
+    dist.all_reduce(t, group=sub)
+    _check("all_reduce on a new_group", t, stacked.sum(0), done)
+
     dist.barrier()
     done.append("barrier")
     return done
