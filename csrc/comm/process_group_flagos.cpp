@@ -109,7 +109,7 @@ class FlagOSWork final : public c10d::Work {
     if (!inner_->isCompleted()) {
       return false;
     }
-    if (!completion_->trivial() && inner_->isSuccess()) {
+    if (!completion_->trivial() && !inner_->exception()) {
       completion_->finalize();
     }
     return true;

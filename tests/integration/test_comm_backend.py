@@ -199,3 +199,19 @@ def test_cpu_tensor_in_a_flagos_only_group_is_an_error_not_a_hang() -> None:
     _init()
     with pytest.raises(RuntimeError, match="cpu"):
         dist.all_reduce(torch.ones(2))
+
+
+def test_polling_is_completed_finishes_host_staged_outputs(monkeypatch) -> None:
+    import time
+
+    monkeypatch.setenv(comm.ENV_HOST_STAGED, "1")  # device accelerators stage on gloo anyway
+    _init(pg_options=comm.Options(tier="gloo"))
+    assert comm.tier_info().path == "host_staged"
+    src = torch.arange(1.0, 5.0, device="flagos")
+    out = torch.zeros(4, device="flagos")
+    work = dist.all_gather_into_tensor(out, src, async_op=True)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "work never completed"
+        time.sleep(0.001)
+    torch.testing.assert_close(out.cpu(), torch.arange(1.0, 5.0))
