@@ -126,11 +126,11 @@ def _python_route_cost(reps: int, calls: int) -> tuple[float, float]:
         return torch.relu(self)
 
     a = torch.randn(64, 64, device="flagos")
-    native = a.cpu()
+    native = torch_fl._C._flagos_to_native_view(a)  # the tensor the route hands the kernel
     routing.register_python_kernel("aten::relu", kernel)
     with routing.route("aten::relu", "flagos_python"):
         result = _interleaved(
-            lambda: torch.relu(a), lambda: kernel(native), "flagos", "cpu", reps, calls
+            lambda: torch.relu(a), lambda: kernel(native), "flagos", str(native.device), reps, calls
         )
     routing.register_python_kernel("aten::relu", None)
     return result
@@ -161,7 +161,15 @@ def main() -> None:
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"{'geomean':<12} {'':>10} {'':>10} {geomean:>7.3f}")
 
-    for name, train in (("mlp_forward", False), ("mlp_step", True)):
+    # A native CUDA backward cannot run in a process where a PrivateUse1 backend is registered
+    # (pytorch/pytorch#161129): on device accelerators the training step is compared in
+    # benchmarks/transformer_e2e.py, whose native runs are separate processes.
+    steps = (
+        (("mlp_forward", False), ("mlp_step", True))
+        if accel == "cpu"
+        else (("mlp_forward", False),)
+    )
+    for name, train in steps:
         t_fl, t_nat = _interleaved(
             _mlp(fl_dev, train),
             _mlp(nat_dev, train),
@@ -174,6 +182,19 @@ def main() -> None:
     # The autograd engine runs the backward of device tensors on a per-device worker thread
     # (CPU tensors: on the calling thread), so a step on flagos pays a thread hand-off that
     # plain CPU does not. This line runs both on the calling thread, isolating the router.
+    if accel != "cpu":
+        print("mlp_step: see benchmarks/transformer_e2e.py (native backward: own process)")
+    else:
+        _single_thread_step(fl_dev, nat_dev, args)
+
+    t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
+    print(
+        f"flagos_python route (relu kernel in Python): {t_py:.2f} us per call against "
+        f"{t_direct:.2f} us calling the function directly (+{t_py - t_direct:.2f} us)"
+    )
+
+
+def _single_thread_step(fl_dev: str, nat_dev: str, args: argparse.Namespace) -> None:
     with torch.autograd.set_multithreading_enabled(False):
         t_fl, t_nat = _interleaved(
             _mlp(fl_dev, True),
@@ -186,12 +207,6 @@ def main() -> None:
     print(
         f"{'mlp_step_st':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
         "   (autograd multithreading off: backward on the calling thread for both)"
-    )
-
-    t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
-    print(
-        f"flagos_python route (relu kernel in Python): {t_py:.2f} us per call against "
-        f"{t_direct:.2f} us calling the function directly (+{t_py - t_direct:.2f} us)"
     )
 
 

@@ -276,9 +276,12 @@ void prepare_call(
       case ArgPlan::Kind::OptionalGenerator: {
         if (v.isGenerator()) {
           const auto& gen = v.toGenerator();
-          if (gen.device().type() == c10::DeviceType::PrivateUse1) {
-            v = generator_for(gen, mapping);
-          }
+          TORCH_CHECK(
+              gen.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a 'flagos' device type for generator but found '",
+              gen.device().type(),
+              "'");
+          v = generator_for(gen, mapping);
         } else if (v.isNone()) {
           // The kernel would draw from the native default generator; flagos RNG state lives
           // in the flagos default generator of this device.

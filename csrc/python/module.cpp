@@ -141,7 +141,7 @@ PYBIND11_MODULE(_C, m) {
             accelerator().native_device_type(),
             " tensor, got one on ",
             t.device());
-        return flagos_from_native(t, resolve_device_index(index));
+        return flagos_view_of_native(t, resolve_device_index(index));
       },
       py::arg("tensor"),
       py::arg("index") = -1,

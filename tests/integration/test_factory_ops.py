@@ -180,11 +180,6 @@ def test_rand_like_family() -> None:
     assert 3 <= float(out.min()) and float(out.max()) < 7
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aliased_call.cpp hands a CPU generator given to a flagos random op straight to the "
-    "CPU kernel instead of rejecting it (CUDA raises 'Expected a cuda device type for generator')",
-)
 def test_random_factory_rejects_generator_of_other_device_type() -> None:
     with pytest.raises(RuntimeError):
         torch.rand(3, device="flagos", generator=torch.Generator("cpu"))

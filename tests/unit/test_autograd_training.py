@@ -154,14 +154,6 @@ def test_dropout_train_eval() -> None:
     assert torch.equal(drop(x).cpu(), x.cpu())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NotImplementedError,
-    reason="aten::convolution on flagos dispatches to convolution_overrideable, which has no CPU "
-    "kernel, so the boxed CPU fallback raises NotImplementedError; flagos needs kernels for "
-    "convolution_overrideable / convolution_backward_overrideable that run at::convolution on "
-    "the native aliases",
-)
 def test_small_cnn_matches_cpu() -> None:
     torch.manual_seed(0)
     cpu_model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))

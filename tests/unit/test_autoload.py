@@ -55,13 +55,6 @@ def test_autoload_disabled(python_subprocess) -> None:
     assert "AFTER True flagos:0" in done.stdout  # an explicit import still works
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch_fl/__init__.py imports torch before defining _autoload, so with autoload on, "
-    "`import torch_fl` as the first import makes torch's entry-point loader find a partially "
-    "initialised torch_fl without _autoload: RuntimeError 'Failed to load the backend "
-    "extension: flagos' (fix: define _autoload before `import torch`)",
-)
 def test_import_torch_fl_first_with_autoload(python_subprocess) -> None:
     code = (
         "import torch_fl\n"

@@ -188,11 +188,6 @@ def test_random_ops_reproducible_with_generator_and_default(op) -> None:
     assert torch.equal(defaults[0], defaults[1])
 
 
-NATIVE_DROPOUT_BUG = (
-    "aten::native_dropout has no Generator argument, so the boxed fallback (aliased_call.cpp) "
-    "runs the CPU kernel, which draws from the CPU default generator: flagos dropout ignores "
-    "torch.flagos.manual_seed / set_rng_state and advances the CPU RNG instead"
-)
 
 
 def test_dropout_masks_reproducible_with_torch_manual_seed() -> None:
@@ -205,7 +200,6 @@ def test_dropout_masks_reproducible_with_torch_manual_seed() -> None:
     assert 0 < int((masks[0] == 0).sum()) < 256
 
 
-@pytest.mark.xfail(strict=True, reason=NATIVE_DROPOUT_BUG)
 def test_dropout_masks_follow_flagos_seed() -> None:
     x = torch.ones(256, device="flagos")
     F.manual_seed(0)
@@ -215,7 +209,6 @@ def test_dropout_masks_follow_flagos_seed() -> None:
     assert torch.equal(a.cpu(), b.cpu())
 
 
-@pytest.mark.xfail(strict=True, reason=NATIVE_DROPOUT_BUG)
 def test_dropout_leaves_cpu_rng_alone() -> None:
     x = torch.ones(256, device="flagos")
     cpu_state = torch.get_rng_state()
