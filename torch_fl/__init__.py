@@ -37,6 +37,10 @@ from torch_fl import routing  # noqa: E402  (needs the core loaded)
 
 routing._load_at_import(build_config)
 
+from torch_fl import comm  # noqa: E402
+
+comm.register()  # the `flagos` torch.distributed backend
+
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "routing", "__version__"]
+__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "routing", "__version__"]

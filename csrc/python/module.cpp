@@ -1,6 +1,7 @@
 // torch_fl._C: Python bindings only; all behaviour lives in the core library.
 
 #include "aten/alias.h"
+#include "python/comm_bindings.h"
 #include "runtime/accelerator.h"
 #include "runtime/config_error.h"
 #include "runtime/generator.h"
@@ -64,6 +65,7 @@ c10::Device flagos(c10::DeviceIndex index) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_fl C++ core bindings";
   init_routing_bindings(m);
+  init_comm_bindings(m);
   m.def("_config_error", &config_error);
   m.def("_accelerator_name", [] { return std::string(accelerator().name()); });
   m.def("_native_device_type", [] {
