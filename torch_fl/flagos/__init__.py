@@ -97,3 +97,24 @@ __all__ = [
     "stream",
     "synchronize",
 ]
+
+
+# torch.compile: Inductor finds the flagos code generation through these, at the first
+# compilation (torch_fl.compile registers it; nothing Inductor-related loads at import).
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def _inductor_backend_init() -> None:
+    """Called by Inductor (torch versions with this hook) before the first flagos compile."""
+    from torch_fl.compile import register
+
+    register()
+
+
+def __getattr__(name: str):  # noqa: ANN202
+    # Inductor's init_backend_registration() looks these up on torch.<privateuse1 name>.
+    if name in _INDUCTOR_HOOKS:
+        from torch_fl.compile import register
+
+        return register()[name]
+    raise AttributeError(f"module 'torch.flagos' has no attribute '{name}'")

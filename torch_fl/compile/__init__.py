@@ -1,0 +1,73 @@
+"""torch.compile on flagos tensors.
+
+`register()` makes the flagos device known to Dynamo and Inductor through PyTorch's
+registration APIs:
+
+- `torch._dynamo.device_interface.register_interface_for_device("flagos", FlagosInterface)`;
+- `torch._inductor.codegen.common.register_device_op_overrides("flagos", ...)`;
+- `torch._inductor.codegen.common.register_backend_for_device("flagos", scheduling, wrapper,
+  cpp_wrapper, fx_wrapper)`: C++ kernels on the cpu accelerator, Triton on CUDA-ABI ones.
+
+Nothing here runs at `import torch_fl`: the device module `torch.flagos` hands Inductor
+`_inductor_backend_init` (torch versions with that hook) and, for the others, the
+`Scheduling`/`PythonWrapperCodegen`/`CppWrapperCodegen`/`WrapperFxCodegen` attributes that
+Inductor's `init_backend_registration()` looks up on a renamed PrivateUse1 device's module;
+either calls `register()` at the first Inductor compilation. Calling it directly is also fine.
+
+With FLAGOS_USE_FLAGTREE=1, registration first asserts that the active Triton is FlagTree.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from torch_fl.compile._runtime import FlagTreeNotActiveError, check_flagtree
+
+__all__ = ["FlagTreeNotActiveError", "check_flagtree", "is_registered", "register"]
+
+DEVICE = "flagos"
+
+_lock = threading.RLock()
+_registered = False
+
+
+def is_registered() -> bool:
+    return _registered
+
+
+def register() -> dict[str, Any]:
+    """Registers flagos with Dynamo and Inductor (idempotent); returns the codegen classes."""
+    global _registered
+    with _lock:
+        if not _registered:
+            check_flagtree()
+        from torch_fl.compile import inductor_backend
+
+        classes = inductor_backend.codegen_classes()
+        if _registered:
+            return classes
+
+        from torch._dynamo.device_interface import register_interface_for_device
+        from torch._inductor.codegen.common import (
+            register_backend_for_device,
+            register_device_op_overrides,
+        )
+
+        from torch_fl.compile.device_interface import FlagosInterface
+
+        from torch_fl import flagos
+
+        register_interface_for_device(DEVICE, FlagosInterface)
+        for index in range(flagos.device_count()):
+            register_interface_for_device(f"{DEVICE}:{index}", FlagosInterface)
+        register_device_op_overrides(DEVICE, inductor_backend.FlagosDeviceOpOverrides())
+        register_backend_for_device(
+            DEVICE,
+            classes["Scheduling"],
+            classes["PythonWrapperCodegen"],
+            classes["CppWrapperCodegen"],
+            classes["WrapperFxCodegen"],
+        )
+        _registered = True
+        return classes
