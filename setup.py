@@ -60,6 +60,7 @@ class CMakeBuild(build_ext):
         build_dir = ROOT / "build" / f"{config['ACCELERATOR']}-torch{torch_facts['version']}"
         build_dir.mkdir(parents=True, exist_ok=True)
         major, minor = (int(p) for p in torch_facts["version"].split(".")[:2])
+        build_tests = switches.flag(os.environ, "FLAGOS_BUILD_TESTS")
         cmake_args = [
             f"-S{ROOT}",
             f"-B{build_dir}",
@@ -67,7 +68,7 @@ class CMakeBuild(build_ext):
             f"-DCMAKE_BUILD_TYPE={os.environ.get('FLAGOS_BUILD_TYPE', 'Release')}",
             f"-DFLAGOS_ACCELERATOR={config['ACCELERATOR']}",
             f"-DFLAGOS_BUILD_BOXING={'ON' if config['BUILD_BOXING'] else 'OFF'}",
-            f"-DFLAGOS_BUILD_TESTS={'ON' if switches.flag(os.environ, 'FLAGOS_BUILD_TESTS') else 'OFF'}",
+            f"-DFLAGOS_BUILD_TESTS={'ON' if build_tests else 'OFF'}",
             f"-DFLAGOS_PACKAGE_DIR={package_dir}",
             f"-DFLAGOS_EXT_NAME={ext_path.name}",
             f"-DFLAGOS_TORCH_INCLUDE_DIRS={';'.join(torch_facts['include_dirs'])}",

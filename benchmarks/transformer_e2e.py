@@ -82,8 +82,18 @@ def _child(device: str, args: argparse.Namespace) -> dict[str, float]:
     env = dict(os.environ)
     if not device.startswith("flagos"):
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    cmd = [sys.executable, __file__, "--child", device, "--steps", str(args.steps),
-           "--decode-tokens", str(args.decode_tokens), "--size", args.size]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        device,
+        "--steps",
+        str(args.steps),
+        "--decode-tokens",
+        str(args.decode_tokens),
+        "--size",
+        args.size,
+    ]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -8,8 +8,6 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-import torch
-
 from torch_fl._registration import (
     check_build_record,
     claim_privateuse1,

@@ -122,6 +122,37 @@ def test_training_step_matches_cpu() -> None:
             loss = torch.nn.functional.cross_entropy(m(x.to(dev)), y.to(dev))
             loss.backward()
             o.step()
-    for p, q in zip(model.parameters(), ref.parameters()):
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         assert p.device.type == "flagos"
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_non_blocking_copy_does_not_wait_for_the_stream() -> None:
+    src = torch.randn(1 << 20, device="flagos")
+    dst = torch.empty(1 << 20).pin_memory()
+    torch.cuda._sleep(int(2e8))  # keep the current (flagos == cuda) stream busy
+    dst.copy_(src, non_blocking=True)
+    assert not torch.flagos.current_stream().query(), "the copy waited for the stream"
+    torch.flagos.synchronize()
+    torch.testing.assert_close(dst, src.cpu())
+
+
+def test_record_stream_keeps_memory_for_the_side_stream() -> None:
+    side = torch.flagos.Stream()
+    x = torch.ones(1 << 20, device="flagos")
+    ptr = x.data_ptr()
+    with torch.flagos.stream(side):
+        torch.cuda._sleep(int(2e8))
+        y = x * 2
+    x.record_stream(side)
+    del x
+    z = torch.empty(1 << 20, device="flagos")  # must not reuse x's block while side runs
+    assert z.data_ptr() != ptr
+    side.synchronize()
+    assert torch.equal(y.cpu(), torch.full((1 << 20,), 2.0))
+
+
+def test_invalid_device_index_is_rejected() -> None:
+    count = torch.flagos.device_count()
+    with pytest.raises((IndexError, RuntimeError), match="flagos"):
+        torch.empty(1, device=f"flagos:{count}")

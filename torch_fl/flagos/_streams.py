@@ -76,4 +76,3 @@ class StreamContext:
 
 def stream(stream: torch.Stream | None) -> StreamContext:
     return StreamContext(stream)
-

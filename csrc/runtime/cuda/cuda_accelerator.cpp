@@ -1,18 +1,18 @@
 // The cuda accelerator: flagos:N is cuda:N; memory, streams, events and RNG are torch's CUDA
 // ones, and the `cuda` route runs the installed torch's CUDA kernels on zero-copy aliases.
 
+//
+// Only device-generic torch APIs (guard and allocator registries, CUDA hooks, ATen ops) and the
+// CUDA runtime API are used: no c10::cuda symbols, which the hipified DCU torch does not export.
+
 #include "runtime/accelerator.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_allocator.h"
 #include "runtime/cuda/cuda_guard.h"
 
-#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <c10/core/DeviceGuard.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <cuda_runtime_api.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace torch_fl {
 namespace {
@@ -32,7 +32,7 @@ class CudaAccelerator final : public Accelerator {
     return c10::Device(c10::DeviceType::CUDA, index);
   }
   c10::DeviceIndex device_count() const noexcept override {
-    return c10::cuda::device_count();
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
   }
   const c10::impl::DeviceGuardImplInterface& guard() const override {
     return guard_;
@@ -59,9 +59,12 @@ class CudaAccelerator final : public Accelerator {
     if (nbytes == 0) {
       return;
     }
-    // On the current stream, so it is ordered with the kernels around it.
-    const auto stream = c10::cuda::getCurrentCUDAStream();
-    C10_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
+    // An ATen copy of byte views: on the current stream, ordered with the kernels around it.
+    const auto options = at::TensorOptions()
+                             .dtype(at::kByte)
+                             .device(native_device(guard_.getDevice().index()));
+    const auto size = static_cast<int64_t>(nbytes);
+    at::from_blob(dst, {size}, options).copy_(at::from_blob(const_cast<void*>(src), {size}, options));
   }
   c10::DataPtr adopt_native(c10::DataPtr&& native, size_t, c10::DeviceIndex index) override {
     // CUDA kernels allocate from the same pool: nothing to account, only relabel.
@@ -70,12 +73,12 @@ class CudaAccelerator final : public Accelerator {
   }
   at::Generator make_native_generator(c10::DeviceIndex index) const override {
     cuda::ensure_cuda_initialized();
-    return at::cuda::detail::createCUDAGenerator(index);
+    return at::detail::getCUDAHooks().getNewGenerator(index);
   }
   DeviceProperties properties(c10::DeviceIndex index) const override {
     check_device_index(index);
     cudaDeviceProp prop{};
-    C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    FLAGOS_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
     DeviceProperties p;
     p.name = prop.name;
     p.major = prop.major;

@@ -3,11 +3,10 @@
 #include "runtime/accelerator.h"
 #include "runtime/cuda/cuda_guard.h"
 
-#include <ATen/Context.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
+#include "runtime/cuda/cuda_check.h"
 
-#include <cuda_runtime_api.h>
+#include <ATen/Context.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <mutex>
 
@@ -73,7 +72,7 @@ std::pair<size_t, size_t> CudaDeviceAllocator::getMemoryInfo(c10::DeviceIndex de
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   size_t free = 0;
   size_t total = 0;
-  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  FLAGOS_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return {free, total};
 }
 

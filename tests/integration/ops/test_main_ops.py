@@ -25,13 +25,13 @@ def test_op_matches_native(
     actual = run_case(case, dtype, "flagos")
     tol = TOLERANCE_BF16 if dtype == torch.bfloat16 else {"rtol": case.rtol, "atol": case.atol}
     assert len(actual["outputs"]) == len(reference["outputs"])
-    for got, want in zip(actual["outputs"], reference["outputs"]):
+    for got, want in zip(actual["outputs"], reference["outputs"], strict=True):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, **tol)
     assert len(actual["grads"]) == len(reference["grads"])
     if case.grad:
         assert any(g is not None for g in actual["grads"]), f"{case.name}: no input gradient"
-    for got, want in zip(actual["grads"], reference["grads"]):
+    for got, want in zip(actual["grads"], reference["grads"], strict=True):
         assert (got is None) == (want is None)
         if got is not None:
             torch.testing.assert_close(got, want, **tol)
