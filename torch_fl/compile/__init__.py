@@ -36,6 +36,27 @@ def is_registered() -> bool:
     return _registered
 
 
+# Inductor scheduler transforms that assume SIMD (Triton-style) node groups. Its scheduler
+# skips them for C++ kernels by testing `device.type == "cpu"` (scheduler.py
+# BaseSchedulerNode.is_cpu); flagos C++ kernels on the cpu accelerator fail that test, and
+# `_try_reindex_pointwise_for_reduction` then multiplies C++ size tuples (TypeError on a
+# reduction fused with a pointwise). No per-device switch exists, so they are turned off
+# through Inductor's config; for CPU graphs these transforms are skipped already.
+SIMD_ONLY_FUSION_KNOBS = (
+    "loop_reindexing_after_fusion",
+    "loop_ordering_after_fusion",
+    "loop_index_inversion_in_fusion",
+)
+
+
+def _keep_simd_only_fusion_off_for_cpp_kernels() -> None:
+    from torch._inductor import config as inductor_config
+
+    for knob in SIMD_ONLY_FUSION_KNOBS:
+        if getattr(inductor_config, knob, False):
+            setattr(inductor_config, knob, False)
+
+
 def register() -> dict[str, Any]:
     """Registers flagos with Dynamo and Inductor (idempotent); returns the codegen classes."""
     global _registered
@@ -54,20 +75,22 @@ def register() -> dict[str, Any]:
             register_device_op_overrides,
         )
 
-        from torch_fl.compile.device_interface import FlagosInterface
-
         from torch_fl import flagos
+        from torch_fl.compile.device_interface import FlagosInterface
 
         register_interface_for_device(DEVICE, FlagosInterface)
         for index in range(flagos.device_count()):
             register_interface_for_device(f"{DEVICE}:{index}", FlagosInterface)
         register_device_op_overrides(DEVICE, inductor_backend.FlagosDeviceOpOverrides())
+        if not inductor_backend.USES_TRITON:
+            _keep_simd_only_fusion_off_for_cpp_kernels()
         register_backend_for_device(
             DEVICE,
             classes["Scheduling"],
             classes["PythonWrapperCodegen"],
             classes["CppWrapperCodegen"],
             classes["WrapperFxCodegen"],
+            inductor_backend.cache_key_pass(),
         )
         _registered = True
         return classes

@@ -10,8 +10,10 @@ import os
 
 import torch
 
-from torch_fl import _C
-from torch_fl._build_config import ACCELERATOR
+from torch_fl import _C, _build_config
+
+# The accelerator this torch_fl was built for ("cpu", "cuda", "dcu").
+ACCELERATOR: str = _build_config.ACCELERATOR
 
 # "cuda" on CUDA-ABI accelerators (cuda, and dcu with its hipified torch); "cpu" on cpu.
 NATIVE_DEVICE_TYPE: str = _C._native_device_type()

@@ -86,6 +86,39 @@ class _FlagosKernelCalls:
             )
             self.writeline(ExitDeviceContextManagerLine())  # type: ignore[attr-defined]
 
+    def make_allocation(
+        self,
+        name: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        shape: Any,
+        stride: Any,
+        allocation_shape: Any = None,
+        is_pinned: bool = False,
+    ) -> str:
+        # Inductor allocates buffers of devices it does not know with device='<type>', i.e.
+        # on the current device, and guards the current device only for its GPU types; a
+        # flagos buffer is allocated on its own index instead.
+        from torch._inductor import config
+
+        if device.type != DEVICE or config.test_configs.track_memory_lifecycle:
+            return super().make_allocation(  # type: ignore[misc]
+                name, device, dtype, shape, stride, allocation_shape, is_pinned
+            )
+        shape_tuple = self.codegen_python_shape_tuple(shape)  # type: ignore[attr-defined]
+        stride_tuple = self.codegen_python_shape_tuple(stride)  # type: ignore[attr-defined]
+        alloc_tuple = self.codegen_python_shape_tuple(  # type: ignore[attr-defined]
+            shape if allocation_shape is None else allocation_shape
+        )
+        where = DEVICE if device.index is None else f"{DEVICE}:{device.index}"
+        line = (
+            f"{name} = empty_strided({alloc_tuple}, {stride_tuple}, "
+            f"device='{where}', dtype={dtype})"
+        )
+        if alloc_tuple != shape_tuple:
+            line += f".as_strided({shape_tuple}, {stride_tuple})"
+        return line
+
 
 class FlagosSubgraphWrapperCodegen(_FlagosKernelCalls, SubgraphPythonWrapperCodegen):
     pass
@@ -101,9 +134,7 @@ class FlagosWrapperCodegen(_FlagosKernelCalls, PythonWrapperCodegen):
     ) -> PythonWrapperCodegen:
         if is_subgraph:
             assert subgraph_name is not None and parent_wrapper is not None
-            return FlagosSubgraphWrapperCodegen(
-                subgraph_name, parent_wrapper, partition_signatures
-            )
+            return FlagosSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
         return FlagosWrapperCodegen()
 
 
@@ -143,10 +174,34 @@ def _triton_scheduling() -> type:
     return FlagosTritonScheduling
 
 
+@functools.cache
 def _cpp_scheduling() -> type:
+    import contextlib
+
+    from torch._inductor import config
     from torch._inductor.codegen.cpp import CppScheduling
 
-    return CppScheduling
+    def as_cpp_backend() -> contextlib.AbstractContextManager[Any]:
+        # Inductor's get_current_backend() answers config.cuda_backend ("triton") for every
+        # device type it does not list, flagos included; kernel codegen (CSE dtype
+        # propagation, bf16/fp16 upcasting, dtype asserts) asks it. While C++ kernels are
+        # generated for flagos the right answer is "cpp", as for CPU tensors.
+        return config.patch(cuda_backend="cpp")
+
+    class FlagosCppScheduling(CppScheduling):
+        def codegen_node(self, node: Any) -> None:
+            with as_cpp_backend():
+                super().codegen_node(node)
+
+        def codegen_template(self, *args: Any, **kwargs: Any) -> Any:
+            with as_cpp_backend():
+                return super().codegen_template(*args, **kwargs)
+
+        def flush(self) -> None:
+            with as_cpp_backend():
+                super().flush()
+
+    return FlagosCppScheduling
 
 
 def _cpp_wrapper() -> type:
@@ -157,6 +212,34 @@ def _cpp_wrapper() -> type:
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
     return CppWrapperCpu
+
+
+@functools.cache
+def cache_key_pass() -> Any:
+    """A no-op post-grad pass for flagos graphs whose uuid keys Inductor's FX graph cache.
+
+    Inductor's cache key covers torch, Triton and Inductor's config but not this module's
+    code generation; the pass's uuid (a hash of torch_fl.compile's sources and the build's
+    accelerator) makes a cached graph compiled by another torch_fl a cache miss.
+    """
+    import hashlib
+    from pathlib import Path
+
+    from torch._inductor.custom_graph_pass import CustomGraphModulePass
+
+    digest = hashlib.sha256(_runtime.ACCELERATOR.encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    uuid = digest.hexdigest()
+
+    class FlagosCacheKey(CustomGraphModulePass):
+        def __call__(self, gm: torch.fx.GraphModule) -> None:
+            pass
+
+        def uuid(self) -> str:
+            return uuid
+
+    return FlagosCacheKey()
 
 
 @functools.cache
