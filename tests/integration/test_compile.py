@@ -464,6 +464,28 @@ def test_flagtree_required_compile_fails_clearly_without_it(tmp_path):
     assert "FlagTree" in message and FLAGTREE_PIP in message and FLAGTREE_INDEX in message
 
 
+def test_flagtree_required_with_the_installed_triton():
+    """Where this environment's own triton is stock (the H200's 3.6.0), compiling refuses."""
+    result = run_python(
+        """
+        import importlib.util, sys
+        if importlib.util.find_spec("triton") is None:
+            sys.exit(print("NO_TRITON"))
+        import torch, torch_fl
+        from torch_fl.compile._runtime import flagtree_backend
+        if flagtree_backend() is not None:
+            sys.exit(print("FLAGTREE"))
+        torch.compile(lambda x: x + 1)(torch.ones(2, device="flagos"))
+        """,
+        FLAGOS_USE_FLAGTREE="1",
+    )
+    if result.stdout.strip() in ("NO_TRITON", "FLAGTREE"):
+        pytest.skip(f"the installed triton: {result.stdout.strip()}")
+    assert result.returncode != 0
+    assert "not a FlagTree build" in result.stderr, result.stderr[-3000:]
+    assert FLAGTREE_PIP in result.stderr and FLAGTREE_INDEX in result.stderr
+
+
 def test_flagtree_check_rejects_stock_triton_and_accepts_flagtree(tmp_path):
     code = """
         import torch
