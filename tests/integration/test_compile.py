@@ -27,7 +27,6 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._inductor.utils import run_and_get_code
 
 import torch_fl
-import torch_fl.compile
 
 ACCELERATOR = torch_fl.build_config.ACCELERATOR
 ON_CUDA = ACCELERATOR == "cuda"
@@ -38,12 +37,6 @@ TOL = {"atol": 1e-4, "rtol": 1e-4}
 # The guide's remedy, which the FLAGOS_USE_FLAGTREE failure must print.
 FLAGTREE_PIP = 'python3 -m pip install "flagtree===0.6.2a1+hcu3.6"'
 FLAGTREE_INDEX = "https://resource.flagos.net/repository/flagos-pypi-hosted/simple"
-
-# Registering before the first compile (instead of at it) also keys Inductor's FX graph cache
-# on torch_fl's code generation on torch versions without `_inductor_backend_init`
-# (docs/compile.md, "Limits"). With FLAGOS_USE_FLAGTREE=1 and no FlagTree this raises at
-# collection, which is the point of the variable.
-torch_fl.compile.register()
 
 
 @pytest.fixture(autouse=True)
@@ -117,6 +110,8 @@ def test_import_stays_lazy_and_first_compile_registers():
         from torch._inductor.codegen.common import get_scheduling_for_device
         from torch_fl.compile.device_interface import FlagosInterface
         assert get_interface_for_device("flagos") is FlagosInterface
+        from torch._inductor.codegen.common import custom_backend_passes
+        assert custom_backend_passes["flagos"] is not None  # keys the FX graph cache
         print(get_scheduling_for_device("flagos").__name__)
         """
     )

@@ -11,8 +11,9 @@ registration APIs:
 Nothing here runs at `import torch_fl`: the device module `torch.flagos` hands Inductor
 `_inductor_backend_init` (torch versions with that hook) and, for the others, the
 `Scheduling`/`PythonWrapperCodegen`/`CppWrapperCodegen`/`WrapperFxCodegen` attributes that
-Inductor's `init_backend_registration()` looks up on a renamed PrivateUse1 device's module;
-either calls `register()` at the first Inductor compilation. Calling it directly is also fine.
+Inductor's `init_backend_registration()` looks up on a renamed PrivateUse1 device's module
+(they run `register()` and answer None, so Inductor keeps this registration, custom pass
+included); either runs at the first Inductor compilation. Calling it directly is also fine.
 
 With FLAGOS_USE_FLAGTREE=1, registration first asserts that the active Triton is FlagTree.
 """

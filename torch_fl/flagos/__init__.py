@@ -112,9 +112,13 @@ def _inductor_backend_init() -> None:
 
 
 def __getattr__(name: str):  # noqa: ANN202
-    # Inductor's init_backend_registration() looks these up on torch.<privateuse1 name>.
+    # Inductor's init_backend_registration() (torch without `_inductor_backend_init`) looks
+    # these up on torch.<privateuse1 name> and registers what it finds, without a custom pass.
+    # register() has registered everything, the pass that keys the FX graph cache included;
+    # answering None tells Inductor there is nothing more to register.
     if name in _INDUCTOR_HOOKS:
         from torch_fl.compile import register
 
-        return register()[name]
+        register()
+        return None
     raise AttributeError(f"module 'torch.flagos' has no attribute '{name}'")
