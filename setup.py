@@ -26,6 +26,9 @@ sys.path.pop(0)
 
 
 def _torch_facts() -> dict:
+    # The build must not load the (possibly stale or half-built) torch_fl through torch's
+    # backend autoloading; this affects only the build process.
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     import torch
     import torch.utils.cpp_extension as cpp_ext
 

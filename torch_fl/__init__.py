@@ -8,7 +8,15 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-from torch_fl._registration import (
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this module did the work.
+
+    Defined before torch is imported: when `import torch_fl` comes first, torch's import runs
+    the entry points and looks this up on the still partially initialised module."""
+
+
+from torch_fl._registration import (  # noqa: E402  (after _autoload, see above)
     check_build_record,
     claim_privateuse1,
     load_core,
@@ -25,10 +33,14 @@ from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
 
+from torch_fl import routing  # noqa: E402  (needs the core loaded)
+
+routing._load_at_import(build_config)
+
+from torch_fl import comm  # noqa: E402
+
+comm.register()  # the `flagos` torch.distributed backend
+
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this module did the work."""
+__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "routing", "__version__"]

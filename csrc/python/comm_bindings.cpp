@@ -1,0 +1,76 @@
+// Bindings of the c10d backend for flagos tensors (csrc/comm/).
+//
+// ProcessGroupFlagOS derives from c10d::Backend, whose Python type torch registers only when
+// torch.distributed is imported; binding it lazily keeps `import torch_fl` from importing
+// torch.distributed.
+
+#include "python/comm_bindings.h"
+
+#include "comm/process_group_flagos.h"
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+
+namespace torch_fl {
+namespace {
+
+comm::TensorPath parse_path(const std::string& path) {
+  if (path == "zero_copy") {
+    return comm::TensorPath::ZeroCopy;
+  }
+  if (path == "host_staged") {
+    return comm::TensorPath::HostStaged;
+  }
+  TORCH_CHECK(false, "ProcessGroupFlagOS: unknown tensor path '", path,
+      "'; valid paths: zero_copy, host_staged");
+}
+
+py::module_ bind_comm() {
+  auto core = py::module_::import("torch_fl._C");
+  if (py::hasattr(core, "_comm")) {
+    return core.attr("_comm").cast<py::module_>();
+  }
+  py::module_::import("torch.distributed");  // registers c10d::Backend with pybind11
+  auto sub = core.def_submodule("_comm", "c10d backend for flagos tensors");
+  using comm::ProcessGroupFlagOS;
+  py::class_<ProcessGroupFlagOS, c10d::Backend, c10::intrusive_ptr<ProcessGroupFlagOS>>(
+      sub, "ProcessGroupFlagOS",
+      "c10d backend for flagos tensors over an inner gloo or NCCL backend")
+      .def(
+          py::init([](const c10::intrusive_ptr<c10d::Backend>& inner,
+                      const std::string& tier,
+                      const std::string& path) {
+            return c10::make_intrusive<ProcessGroupFlagOS>(inner, tier, parse_path(path));
+          }),
+          py::arg("inner"),
+          py::arg("tier"),
+          py::arg("path"))
+      .def(
+          "_set_selection",
+          &ProcessGroupFlagOS::set_selection,
+          py::arg("profile"),
+          py::arg("skip_reasons"),
+          py::arg("unavailable"))
+      .def_property_readonly("tier", &ProcessGroupFlagOS::tier)
+      .def_property_readonly("profile", &ProcessGroupFlagOS::profile)
+      .def_property_readonly("skip_reasons", &ProcessGroupFlagOS::skip_reasons)
+      .def_property_readonly("unavailable", &ProcessGroupFlagOS::unavailable)
+      .def_property_readonly(
+          "path", [](const ProcessGroupFlagOS& pg) { return comm::tensor_path_name(pg.path()); })
+      .def_property_readonly("inner", &ProcessGroupFlagOS::inner)
+      .def_property_readonly(
+          "inner_name", [](const ProcessGroupFlagOS& pg) { return pg.inner()->getBackendName(); });
+  return sub;
+}
+
+} // namespace
+
+void init_comm_bindings(py::module_& m) {
+  m.def("_comm_init", &bind_comm,
+      "Binds ProcessGroupFlagOS (importing torch.distributed) and returns torch_fl._C._comm.");
+}
+
+} // namespace torch_fl

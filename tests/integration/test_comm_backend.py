@@ -1,0 +1,217 @@
+"""The `flagos` c10d backend in one process: tier selection and its reasons, the ways a group is
+initialised, work handles, and the errors for bad arguments. Multi-process behaviour (every
+collective, DDP, a peer that leaves) is in test_comm_multiprocess.py and
+tests/manual/test_flagos_dist_live.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_fl
+from torch_fl import comm
+
+CPU_ACCELERATOR = torch_fl.build_config.ACCELERATOR == "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in (comm.ENV_TIER, comm.ENV_HOST_STAGED, "GEMS_VENDOR"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _init(backend="flagos", **kwargs):
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+
+
+# ---- tier selection ---------------------------------------------------------------------------
+
+
+def test_unknown_tier_value_is_an_error_listing_the_choices(monkeypatch) -> None:
+    monkeypatch.setenv(comm.ENV_TIER, "mpi")
+    with pytest.raises(ValueError, match="flagcx, nccl, gloo or auto"):
+        comm.choose_tier()
+
+
+@pytest.mark.skipif(not CPU_ACCELERATOR, reason="NCCL is available on device accelerators")
+def test_requesting_nccl_on_the_cpu_accelerator_says_why_it_is_unavailable(monkeypatch) -> None:
+    monkeypatch.setenv(comm.ENV_TIER, "nccl")
+    with pytest.raises(comm.TierUnavailableError, match="'nccl' was requested.*no CUDA memory"):
+        _init()
+    assert not dist.is_initialized()
+
+
+def test_requesting_flagcx_without_flagcx_says_it_is_not_importable(monkeypatch) -> None:
+    if importlib.util.find_spec("flagcx") is not None:
+        pytest.skip("flagcx is installed here")
+    with pytest.raises(comm.TierUnavailableError, match="'flagcx' was requested.*not importable"):
+        comm.choose_tier(comm.Options(tier="flagcx"))
+
+
+@pytest.fixture
+def fake_flagcx(tmp_path, monkeypatch):
+    package = tmp_path / "flagcx"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    yield
+    sys.modules.pop("flagcx", None)
+
+
+def test_importable_flagcx_is_skipped_with_the_not_implemented_reason(fake_flagcx) -> None:
+    choice = comm.choose_tier()
+    assert choice.tier != "flagcx"
+    assert "FlagCX tier not implemented in this build" in choice.skip_reasons["flagcx"]
+    assert "flagcx" not in choice.unavailable
+    with pytest.raises(comm.TierUnavailableError, match="FlagCX tier not implemented"):
+        comm.choose_tier(comm.Options(tier="flagcx"))
+
+
+def test_gems_vendor_selects_the_comm_profile(monkeypatch) -> None:
+    monkeypatch.setenv("GEMS_VENDOR", "hygon")
+    assert comm.comm_profile() == "cuda_abi"
+    monkeypatch.setenv("GEMS_VENDOR", "nvidia")
+    assert comm.comm_profile() == "cuda_abi"
+    monkeypatch.setenv("GEMS_VENDOR", "ascend")
+    assert comm.comm_profile() == "host"
+    choice = comm.choose_tier()
+    assert choice.tier == "gloo"
+    assert "nccl" in {**choice.skip_reasons, **choice.unavailable}
+
+
+def test_requested_gloo_records_why_the_tiers_above_were_not_tried(monkeypatch) -> None:
+    monkeypatch.setenv(comm.ENV_TIER, "gloo")
+    choice = comm.choose_tier()
+    assert choice.tier == "gloo" and choice.requested == "gloo"
+    assert set(choice.skip_reasons) == {"flagcx", "nccl"}
+    assert all("requested the gloo tier" in r for r in choice.skip_reasons.values())
+
+
+@pytest.mark.skipif(not CPU_ACCELERATOR, reason="zero-copy gloo is the cpu accelerator's path")
+def test_host_staged_gloo_can_be_forced_and_works(monkeypatch) -> None:
+    monkeypatch.setenv(comm.ENV_HOST_STAGED, "1")
+    _init()
+    assert comm.tier_info().path == "host_staged"
+    t = torch.arange(8.0, device="flagos")
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    torch.testing.assert_close(t.cpu(), torch.arange(8.0))
+
+
+def test_pg_options_must_be_flagos_options() -> None:
+    with pytest.raises(TypeError, match="torch_fl.comm.Options"):
+        _init(pg_options=object())
+
+
+# ---- ways to initialise a group ---------------------------------------------------------------
+
+
+def test_init_with_device_id_alone_picks_the_flagos_backend() -> None:
+    _init(backend=None, device_id=torch.device("flagos", 0))
+    assert dist.get_backend() == "flagos"
+    t = torch.ones(3, device="flagos")
+    dist.all_reduce(t)
+    dist.barrier()
+    assert t.device == torch.device("flagos", 0)
+
+
+def test_cpu_gloo_and_flagos_flagos_serve_both_devices() -> None:
+    _init(backend="cpu:gloo,flagos:flagos")
+    f = torch.ones(3, device="flagos")
+    c = torch.ones(3)
+    dist.all_reduce(f)
+    dist.all_reduce(c)
+    assert f.device.type == "flagos" and c.device.type == "cpu"
+    assert comm.tier_info().tier in comm.TIERS
+
+
+def test_a_group_without_the_flagos_backend_is_reported() -> None:
+    _init(backend="gloo")
+    with pytest.raises(RuntimeError):
+        comm.tier_info()
+
+
+# ---- work handles -----------------------------------------------------------------------------
+
+
+def test_work_reports_flagos_results_and_a_flagos_future() -> None:
+    _init()
+    t = torch.full((4,), 3.0, device="flagos")
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait()
+    torch.flagos.synchronize()  # on a GPU wait() only orders the stream
+    assert work.is_completed()
+    assert work.exception() is None
+    (result,) = work.result()
+    assert result.device.type == "flagos" and result.data_ptr() == t.data_ptr()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    (value,) = fut.wait()
+    assert value.device.type == "flagos" and value.data_ptr() == t.data_ptr()
+
+
+# ---- argument errors --------------------------------------------------------------------------
+
+
+def test_non_contiguous_tensor_is_rejected_with_its_strides() -> None:
+    _init()
+    t = torch.ones(4, 4, device="flagos").t()[:, :2]
+    with pytest.raises(RuntimeError, match="not contiguous.*contiguous\\(\\)"):
+        dist.all_reduce(t)
+
+
+def test_output_dtype_must_match_the_input() -> None:
+    _init()
+    out = torch.empty(4, dtype=torch.float16, device="flagos")
+    with pytest.raises(RuntimeError, match="dtype Half but the input has dtype Float"):
+        dist.all_gather_into_tensor(out, torch.ones(4, device="flagos"))
+
+
+def test_output_size_must_be_world_size_times_the_input() -> None:
+    _init()
+    out = torch.empty(5, device="flagos")
+    with pytest.raises(RuntimeError, match="5 elements, expected 4"):
+        dist.all_gather_into_tensor(out, torch.ones(4, device="flagos"))
+
+
+@pytest.mark.skipif(torch_fl.flagos.device_count() < 2, reason="needs two flagos devices")
+def test_tensor_on_another_device_than_the_bound_one_is_rejected() -> None:
+    _init(device_id=torch.device("flagos", 0))
+    with pytest.raises(RuntimeError, match="is on flagos:1 but this rank was bound to flagos:0"):
+        dist.all_reduce(torch.ones(2, device="flagos:1"))
+
+
+@pytest.mark.skipif(torch_fl.flagos.device_count() < 2, reason="needs two flagos devices")
+def test_tensors_of_one_call_on_two_devices_are_rejected() -> None:
+    _init()
+    outs = [torch.empty(2, device="flagos:0")]
+    with pytest.raises(RuntimeError, match="all tensors must be on it"):
+        dist.all_gather(outs, torch.ones(2, device="flagos:1"))
+
+
+def test_cpu_tensor_in_a_flagos_only_group_is_an_error_not_a_hang() -> None:
+    _init()
+    with pytest.raises(RuntimeError, match="cpu"):
+        dist.all_reduce(torch.ones(2))
+
+
+def test_polling_is_completed_finishes_host_staged_outputs(monkeypatch) -> None:
+    import time
+
+    monkeypatch.setenv(comm.ENV_HOST_STAGED, "1")  # device accelerators stage on gloo anyway
+    _init(pg_options=comm.Options(tier="gloo"))
+    assert comm.tier_info().path == "host_staged"
+    src = torch.arange(1.0, 5.0, device="flagos")
+    out = torch.zeros(4, device="flagos")
+    work = dist.all_gather_into_tensor(out, src, async_op=True)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "work never completed"
+        time.sleep(0.001)
+    torch.testing.assert_close(out.cpu(), torch.arange(1.0, 5.0))
