@@ -97,3 +97,28 @@ __all__ = [
     "stream",
     "synchronize",
 ]
+
+
+# torch.compile: Inductor finds the flagos code generation through these, at the first
+# compilation (torch_fl.compile registers it; nothing Inductor-related loads at import).
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def _inductor_backend_init() -> None:
+    """Called by Inductor (torch versions with this hook) before the first flagos compile."""
+    from torch_fl.compile import register
+
+    register()
+
+
+def __getattr__(name: str):  # noqa: ANN202
+    # Inductor's init_backend_registration() (torch without `_inductor_backend_init`) looks
+    # these up on torch.<privateuse1 name> and registers what it finds, without a custom pass.
+    # register() has registered everything, the pass that keys the FX graph cache included;
+    # answering None tells Inductor there is nothing more to register.
+    if name in _INDUCTOR_HOOKS:
+        from torch_fl.compile import register
+
+        register()
+        return None
+    raise AttributeError(f"module 'torch.flagos' has no attribute '{name}'")
