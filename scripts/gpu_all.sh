@@ -7,16 +7,16 @@ export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/flagos-gpu}
 mkdir -p "$out"
 status=0
-timeout 300 bash scripts/gpu_check.sh || status=1
+timeout 240 bash scripts/gpu_check.sh || status=1
 export SKIP_BUILD=1
-BENCH_ARGS="--rounds 5" timeout 120 bash scripts/comm_gpu_check.sh || status=1
+BENCH_ARGS="--rounds 5" timeout 90 bash scripts/comm_gpu_check.sh || status=1
 echo "== compile (gpu)"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_compile.py -m gpu \
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/integration/test_compile.py -m gpu \
   2>&1 | tail -15 || status=1
 {
   echo "== $(date -u +%FT%TZ) dispatch overhead"
-  timeout 90 python3 benchmarks/dispatch_overhead.py --reps 80 --calls 20
+  timeout 60 python3 benchmarks/dispatch_overhead.py --reps 60 --calls 20
   echo "== transformer e2e"
-  timeout 150 python3 benchmarks/transformer_e2e.py --rounds 2 --steps 8 --decode-tokens 16
+  timeout 100 python3 benchmarks/transformer_e2e.py --rounds 2 --steps 8 --decode-tokens 16
 } 2>&1 | grep -v Warning | tee "$out/bench.txt"
 exit $status
