@@ -8,7 +8,11 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-from torch_fl._registration import (
+from torch_fl import vendor as _vendor
+
+_vendor.prelude()  # dcu: checks and loads DTK's device libraries before torch is imported
+
+from torch_fl._registration import (  # noqa: E402
     check_build_record,
     claim_privateuse1,
     load_core,
@@ -24,6 +28,7 @@ _C = load_core()
 from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
+_vendor.after_load(flagos.device_count)
 
 from torch_fl.version import __version__  # noqa: E402
 
