@@ -55,7 +55,7 @@ fi
 
 # ---- find DTK's torch libraries ----
 TMP=""
-cleanup() { [[ -n "$TMP" ]] && rm -rf "$TMP"; }
+cleanup() { if [[ -n "$TMP" ]]; then rm -rf "$TMP"; fi; }
 trap cleanup EXIT
 if [[ -z "${DCU_TORCH_LIB_DIR:-}" && -n "${DCU_TORCH_WHEEL:-}" ]]; then
   [[ -f "$DCU_TORCH_WHEEL" ]] || die "DCU_TORCH_WHEEL=$DCU_TORCH_WHEEL does not exist"
