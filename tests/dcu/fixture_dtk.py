@@ -44,6 +44,8 @@ def build_standin(path: Path, *, needed: list[Path] = (), soname: str | None = N
     source.write_text(_STANDIN.replace("%(ident)s", ident))
     cmd = ["gcc", "-shared", "-fPIC", f'-DFIXTURE_NAME="{path.name}"', "-o", str(path), str(source)]
     cmd.append(f"-Wl,-soname,{soname or path.name}")
+    if needed:
+        cmd.append("-Wl,--no-as-needed")
     for lib in needed:
         cmd += [f"-L{lib.parent}", f"-l:{lib.name}"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
