@@ -12,7 +12,10 @@
 // 0: the hooks are a registered implementation; 1: the stub is cached although an
 // implementation is registered now (half-wired); 2: no implementation is registered (stub).
 extern "C" __attribute__((visibility("default"))) int flagos_dcu_cuda_hooks_state() {
-  const bool registered = at::detail::CUDAHooksRegistry()->Has("CUDAHooks");
+  // The registry lives in `at` (older releases: `at::detail`); resolve it either way.
+  using namespace at;
+  using namespace at::detail;
+  const bool registered = CUDAHooksRegistry()->Has("CUDAHooks");
   const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
   if (typeid(hooks) != typeid(at::CUDAHooksInterface)) {
     return 0;
