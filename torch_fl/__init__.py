@@ -8,7 +8,15 @@ zero-copy, or the CPU.
 
 from __future__ import annotations
 
-from torch_fl import vendor as _vendor
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this module did the work.
+
+    Defined before torch is imported: `import torch_fl` imports torch, whose backend autoload
+    then looks this up on the still partially initialised torch_fl module."""
+
+
+from torch_fl import vendor as _vendor  # noqa: E402
 
 _vendor.prelude()  # dcu: checks and loads DTK's device libraries before torch is imported
 
@@ -33,7 +41,3 @@ _vendor.after_load(flagos.device_count)
 from torch_fl.version import __version__  # noqa: E402
 
 __all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this module did the work."""
