@@ -170,3 +170,38 @@ def test_bad_symbol_list_names_file_and_line(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert f"{bad}:2: not a symbol name" in result.stderr
+
+
+def test_missing_symbol_attribution(tmp_path: Path) -> None:
+    """scripts/vendor/dcu_missing_symbols.py: the measurement that fills the shim's list."""
+    import torch
+
+    src = tmp_path / "hip.cpp"
+    src.write_text(
+        "namespace c10 { namespace hip { void dtkOnly(); } void intrusive_ptr_dummy(); }\n"
+        "void unrelated_runtime_fn();\n"
+        'extern "C" void use() { c10::hip::dtkOnly(); unrelated_runtime_fn(); }\n'
+    )
+    bundle = tmp_path / "lib_dcu"
+    bundle.mkdir()
+    subprocess.run(
+        ["g++", "-shared", "-fPIC", str(src), "-o", str(bundle / "libtorch_hip.so")], check=True
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/vendor/dcu_missing_symbols.py"),
+            str(bundle),
+            str(Path(torch.__file__).parent / "lib"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.splitlines() == ["_ZN3c103hip7dtkOnlyEv  # c10::hip::dtkOnly()"]
+    # Its output is the data file's format: the generator accepts it as is.
+    listed = tmp_path / "symbols.txt"
+    listed.write_text(result.stdout)
+    gen = ROOT / "scripts" / "vendor" / "gen_dcu_abi_shim.py"
+    subprocess.run([sys.executable, str(gen), str(listed), str(tmp_path / "s.cpp")], check=True)
+    assert '__asm__("_ZN3c103hip7dtkOnlyEv")' in (tmp_path / "s.cpp").read_text()
