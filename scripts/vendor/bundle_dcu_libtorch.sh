@@ -75,6 +75,11 @@ if [[ -z "${DCU_TORCH_VERSION:-}" ]]; then
   [[ -f "$version_py" ]] || die "cannot read DTK torch's version ($version_py missing); set DCU_TORCH_VERSION"
   DCU_TORCH_VERSION="$("$PYTHON" -c "import runpy,sys; print(runpy.run_path(sys.argv[1])['__version__'])" "$version_py")"
 fi
+# The HIP version DTK's torch reports as torch.version.hip (torch_fl reports the same).
+DCU_HIP_VERSION="${DCU_HIP_VERSION:-}"
+if [[ -z "$DCU_HIP_VERSION" && -f "$DCU_TORCH_LIB_DIR/../version.py" ]]; then
+  DCU_HIP_VERSION="$("$PYTHON" -c "import runpy,sys; print(runpy.run_path(sys.argv[1]).get('hip') or '')" "$DCU_TORCH_LIB_DIR/../version.py")"
+fi
 
 # The bundle only runs on the official torch of the same minor (full-core: three-part) version.
 BUILT_TORCH="$(read_record TORCH_VERSION)"
@@ -125,10 +130,10 @@ for name in "${STAGED[@]}"; do
   echo "staged $name (from $src)"
 done
 
-"$PYTHON" - "$BUNDLE" "$MODE" "$DCU_TORCH_VERSION" "$ROCM_PATH" "$DCU_TORCH_LIB_DIR" "${LOAD_ORDER[@]}" <<'PY'
+"$PYTHON" - "$BUNDLE" "$MODE" "$DCU_TORCH_VERSION" "$DCU_HIP_VERSION" "$ROCM_PATH" "$DCU_TORCH_LIB_DIR" "${LOAD_ORDER[@]}" <<'PY'
 import hashlib, json, sys, time
 from pathlib import Path
-bundle, mode, version, rocm, source, *order = sys.argv[1:]
+bundle, mode, version, hip, rocm, source, *order = sys.argv[1:]
 files = []
 for name in order:
     data = (Path(bundle) / name).read_bytes()
@@ -137,6 +142,7 @@ manifest = {
     "format": 1,
     "mode": mode,
     "torch_version": version,
+    "hip_version": hip,
     "rocm_path": rocm,
     "source": source,
     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

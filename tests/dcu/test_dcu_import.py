@@ -197,7 +197,9 @@ def test_import_torch_fl_with_a_good_bundle(tmp_path: Path, dtk: Path, torch_fir
     log, env = _log(tmp_path)
     code = ("import torch\n" if torch_first else "") + (
         "import torch_fl, torch\nprint('DEVICE', torch.flagos.device_count())\n"
+        "print('HIP', torch.version.hip)\n"
     )
     result = run_python(code, package, **env)
     assert "DEVICE" in result.stdout, result.stdout + result.stderr
     assert _loaded(log)[-1] == "libtorch_hip.so"
+    assert "HIP 6.3.25041" in result.stdout  # the fixture DTK torch's torch.version.hip

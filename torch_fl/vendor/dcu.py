@@ -313,9 +313,17 @@ def prelude(record: ModuleType, package_dir: Path = PACKAGE_DIR) -> None:
 
 
 def after_load(device_count: Callable[[], int], package_dir: Path = PACKAGE_DIR) -> None:
-    """After the core loaded: the bundle's hooks must be torch's, and a device should be seen."""
-    if _loaded and read_manifest(bundle_dir(package_dir))["mode"] == MODE_SHIM:
-        check_cuda_hooks(package_dir / "lib" / PROBE_LIB)
+    """After the core loaded: the bundle's hooks must be torch's, and a device should be seen.
+    torch.version.hip reports the bundle's HIP version, as DTK's own torch does (the official
+    +cpu torch front-ending the bundle has None there; only this process's attribute is set)."""
+    if _loaded:
+        manifest = read_manifest(bundle_dir(package_dir))
+        if manifest["mode"] == MODE_SHIM:
+            check_cuda_hooks(package_dir / "lib" / PROBE_LIB)
+        import torch.version
+
+        if manifest.get("hip_version") and getattr(torch.version, "hip", None) is None:
+            torch.version.hip = manifest["hip_version"]
     check_device_count(device_count)
 
 
