@@ -146,3 +146,30 @@ def test_hooks_used_before_the_library_is_half_wired_and_refused(libs) -> None:
     assert "STATE 1" in result.stdout, result.stdout + result.stderr
     assert "ERROR torch initialised its CUDA hooks before torch_fl loaded" in result.stdout
     assert "Import torch_fl before torch in a fresh process" in result.stdout
+
+
+def test_torch_autoload_runs_after_the_hooks_are_cached(libs, tmp_path: Path) -> None:
+    """Measured: a `torch.backends` entry point (how `import torch` loads torch_fl) runs after
+    torch created its CUDA hooks, so only `import torch_fl` first can wire a DCU process."""
+    probe, fake = libs
+    site = tmp_path / "site"
+    info = site / "probe_ep-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-ep\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\nprobe = probe_ep:run\n")
+    (site / "probe_ep.py").write_text(
+        "import ctypes, importlib.util\nfrom pathlib import Path\n"
+        f"path = {str(ROOT / 'torch_fl/vendor/dcu.py')!r}\n"
+        "spec = importlib.util.spec_from_file_location('d', path)\n"
+        "dcu = importlib.util.module_from_spec(spec); spec.loader.exec_module(dcu)\n"
+        "def run():\n"
+        f"    ctypes.CDLL({str(fake)!r}, mode=ctypes.RTLD_GLOBAL)\n"
+        f"    print('STATE_AT_AUTOLOAD', dcu.cuda_hooks_state(Path({str(probe)!r})), flush=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", "import torch"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"},
+    )
+    assert "STATE_AT_AUTOLOAD 1" in result.stdout, result.stdout + result.stderr[-2000:]

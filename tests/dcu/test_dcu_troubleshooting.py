@@ -116,6 +116,17 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+def test_device_count_error_warns_instead_of_failing_the_import() -> None:
+    dcu = _dcu()
+
+    def no_guard() -> int:
+        raise RuntimeError("PyTorch is not linked with support for cuda devices")
+
+    with pytest.warns(RuntimeWarning, match="not linked with support for cuda") as record:
+        assert dcu.check_device_count(no_guard) == 0
+    assert "bash scripts/vendor/bundle_dcu_libtorch.sh" in str(record[0].message)
+
+
 def test_device_count_nonzero_is_silent() -> None:
     dcu = _dcu()
     with warnings.catch_warnings():

@@ -278,8 +278,10 @@ def check_cuda_hooks(probe: Path) -> None:
         raise DcuBundleError(
             "torch initialised its CUDA hooks before torch_fl loaded DTK's device libraries, so "
             "the HIP kernels libtorch_hip.so registered cannot be reached by device init (a "
-            "half-wired process). Import torch_fl before torch in a fresh process, and do not "
-            "touch torch.cuda / CUDA before that import."
+            "half-wired process). Import torch_fl before torch in a fresh process "
+            "(`import torch_fl` first; it imports torch itself). Note that `import torch` alone "
+            "creates those hooks before its backend autoload reaches torch_fl, so on a dcu "
+            "build with the bundle the autoload path cannot wire the device either."
         )
     if state == 2:
         raise DcuBundleError(
@@ -353,7 +355,18 @@ def device_count_checks() -> list[str]:
 
 def check_device_count(device_count: Callable[[], int]) -> int:
     """Warns with the checks to run when a dcu build sees no device; returns the count."""
-    count = int(device_count())
+    try:
+        count = int(device_count())
+    except RuntimeError as exc:  # no CUDA guard registered: DTK's device libraries not loaded
+        loaded = "loaded" if _loaded else "not loaded (no bundle in torch_fl/lib_dcu)"
+        checks = "\n".join(f"  - {c}" for c in device_count_checks())
+        warnings.warn(
+            f"torch.flagos.device_count() failed on this dcu build ({exc}); DTK's device "
+            f"libraries are {loaded}. Stage them with {_BUNDLE_CMD}, then check:\n{checks}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return 0
     if count == 0:
         checks = "\n".join(f"  - {c}" for c in device_count_checks())
         warnings.warn(
