@@ -33,15 +33,32 @@ __attribute__((constructor)) static void fixture_loaded(void) {
   if (log) { FILE* f = fopen(log, "a"); if (f) { fprintf(f, "%s\n", FIXTURE_NAME); fclose(f); } }
 }
 int fixture_symbol_%(ident)s(void) { return 1; }
+%(extra)s
 """
 
+# The CUDA runtime entry points the runtime sources call; the stand-in libcudart defines them so
+# the core's link records it as needed, as with DTK's real one. Never called here.
+CUDART_SYMBOLS = (
+    "cudaGetDeviceProperties",
+    "cudaGetDeviceProperties_v2",
+    "cudaGetErrorString",
+    "cudaMemGetInfo",
+    "cudaGetDeviceCount",
+    "cudaGetDevice",
+    "cudaSetDevice",
+    "cudaDeviceSynchronize",
+)
 
-def build_standin(path: Path, *, needed: list[Path] = (), soname: str | None = None) -> Path:
+
+def build_standin(
+    path: Path, *, needed: list[Path] = (), soname: str | None = None, defines: tuple = ()
+) -> Path:
     """Compiles a tiny shared library at `path` that logs its loading; `needed` become DT_NEEDED."""
     path.parent.mkdir(parents=True, exist_ok=True)
     ident = "".join(c if c.isalnum() else "_" for c in path.name)
     source = path.with_suffix(".fixture.c")
-    source.write_text(_STANDIN.replace("%(ident)s", ident))
+    extra = "\n".join(f"int {name}(void) {{ abort(); }}" for name in defines)
+    source.write_text(_STANDIN.replace("%(ident)s", ident).replace("%(extra)s", extra))
     cmd = ["gcc", "-shared", "-fPIC", f'-DFIXTURE_NAME="{path.name}"', "-o", str(path), str(source)]
     cmd.append(f"-Wl,-soname,{soname or path.name}")
     if needed:
@@ -79,7 +96,7 @@ def make_dtk_tree(
         else:
             include.mkdir(parents=True, exist_ok=True)
             (include / "cuda_runtime_api.h").write_text("/* fixture stub */\n")
-        cudart = build_standin(cuda / "lib64" / "libcudart.so.12")
+        cudart = build_standin(cuda / "lib64" / "libcudart.so.12", defines=CUDART_SYMBOLS)
         (cuda / "lib64" / "libcudart.so").symlink_to(cudart.name)
 
     if miopen:

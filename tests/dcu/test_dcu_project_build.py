@@ -4,6 +4,7 @@ against $ROCM_PATH/cuda/cuda-*/include, and the ABI shim and the hooks probe bui
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sysconfig
@@ -123,3 +124,21 @@ def test_legacy_layout_builds_no_shim(tmp_path: Path) -> None:
     ).stdout
     assert "flagos_dcu_abi_shim" not in targets
     assert "no MIOpen CMake config" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("FLAGOS_DCU_FULL_BUILD") != "1",
+    reason="the whole dcu project takes ~10 min on one core; set FLAGOS_DCU_FULL_BUILD=1",
+)
+def test_whole_project_builds_and_links_for_dcu(configured) -> None:
+    build, package, dtk, _ = configured
+    result = subprocess.run(["ninja", "-C", str(build), "-j1"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-4000:]
+    core = package / "lib" / "libtorch_fl_core.so"
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(core)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "[libcudart.so.12]" in dynamic  # DTK's compatibility runtime
+    assert "torch_cuda" not in dynamic and "c10_cuda" not in dynamic
+    assert "$ORIGIN/../lib_dcu" in dynamic and f"{dtk}/cuda/cuda-12/lib64" in dynamic
