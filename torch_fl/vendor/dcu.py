@@ -368,7 +368,14 @@ def check_device_count(device_count: Callable[[], int]) -> int:
         )
         return 0
     if count == 0:
-        checks = "\n".join(f"  - {c}" for c in device_count_checks())
+        found = device_count_checks()
+        if not _loaded:
+            found.insert(
+                0,
+                "DTK's device libraries are not loaded (no bundle in torch_fl/lib_dcu): the "
+                f"dcu runtime reaches the device through them; stage them with {_BUNDLE_CMD}",
+            )
+        checks = "\n".join(f"  - {c}" for c in found)
         warnings.warn(
             "torch.flagos.device_count() is 0 on this dcu build: no Hygon DCU is visible. "
             f"Check:\n{checks}",
