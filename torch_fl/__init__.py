@@ -12,15 +12,15 @@ from __future__ import annotations
 def _autoload() -> None:
     """Entry point of the `torch.backends` group: importing this module did the work.
 
-    Defined before torch is imported: `import torch_fl` imports torch, whose backend autoload
-    then looks this up on the still partially initialised torch_fl module."""
+    Defined before torch is imported: when `import torch_fl` comes first, torch's import runs
+    the entry points and looks this up on the still partially initialised module."""
 
 
-from torch_fl import vendor as _vendor  # noqa: E402
+from torch_fl import vendor as _vendor  # noqa: E402  (imports no torch)
 
 _vendor.prelude()  # dcu: checks and loads DTK's device libraries before torch is imported
 
-from torch_fl._registration import (  # noqa: E402
+from torch_fl._registration import (  # noqa: E402  (after _autoload, see above)
     check_build_record,
     claim_privateuse1,
     load_core,
@@ -36,8 +36,12 @@ _C = load_core()
 from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
+
+from torch_fl import routing  # noqa: E402  (needs the core loaded)
+
+routing._load_at_import(build_config)
 _vendor.after_load(flagos.device_count)
 
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "flagos", "__version__"]
+__all__ = ["DEVICE_NAME", "build_config", "flagos", "routing", "__version__"]

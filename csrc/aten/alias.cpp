@@ -28,9 +28,9 @@ c10::StorageImpl* flagos_storage_behind(const c10::Storage& storage) {
 
 // Ownership of a native storage's memory: taken over when nobody else holds the storage,
 // otherwise shared by holding a reference on it.
-c10::DataPtr take_native_memory(const c10::Storage& native) {
+c10::DataPtr take_native_memory(const c10::Storage& native, bool may_take_over = true) {
   c10::StorageImpl* impl = native.unsafeGetStorageImpl();
-  if (native.use_count() == 1) {
+  if (may_take_over && native.use_count() == 1) {
     return impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
   }
   c10::raw::intrusive_ptr::incref(impl);
@@ -94,7 +94,8 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {
   c10::Storage flagos(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(),
       nbytes,
-      accel.adopt_native(take_native_memory(native), nbytes, index_),
+      accel.adopt_native(
+          take_native_memory(native, ownership_ == Ownership::TakeOverFresh), nbytes, index_),
       accel.device_allocator(),
       /*resizable=*/true));
   seen_.emplace_back(key, flagos);
@@ -121,6 +122,34 @@ at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabe
 at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index) {
   StorageRelabeler relabeler(index);
   return flagos_from_native(native, relabeler);
+}
+
+at::Tensor flagos_view_of_native(const at::Tensor& native, c10::DeviceIndex index) {
+  StorageRelabeler relabeler(index, StorageRelabeler::Ownership::Share);
+  return flagos_from_native(native, relabeler);
+}
+
+bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
+  auto* impl = native.unsafeGetTensorImpl();
+  auto& accel = accelerator();
+  if (native.use_count() != 1 || native.weak_use_count() != 1 ||
+      !impl->key_set().has(accel.native_dispatch_key()) || impl->layout() != c10::kStrided ||
+      !impl->has_storage() || !impl->allow_tensor_metadata_change()) {
+    return false;
+  }
+  const c10::Storage& storage = impl->storage();
+  c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
+  // (a temporary weak reference counts itself once, all strong references once more)
+  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 ||
+      flagos_storage_behind(storage) != nullptr || !simpl->resizable()) {
+    return false;
+  }
+  const size_t nbytes = simpl->nbytes();
+  simpl->set_data_ptr_noswap(accel.adopt_native(take_native_memory(storage), nbytes, index));
+  simpl->set_allocator(accel.device_allocator());
+  impl->set_storage_keep_dtype(storage); // refreshes the tensor's device from the storage
+  impl->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, index));
+  return true;
 }
 
 void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {

@@ -22,17 +22,33 @@ FLAGOS_API at::Tensor native_alias(const at::Tensor& flagos, bool resizable = fa
 // a native storage share one flagos storage too.
 class FLAGOS_API StorageRelabeler {
  public:
-  explicit StorageRelabeler(c10::DeviceIndex index) : index_(index) {}
+  // A kernel's fresh results may be taken over (their memory moves to flagos); a tensor the
+  // caller still holds must only be shared.
+  enum class Ownership { TakeOverFresh, Share };
+
+  explicit StorageRelabeler(
+      c10::DeviceIndex index,
+      Ownership ownership = Ownership::TakeOverFresh)
+      : index_(index), ownership_(ownership) {}
   c10::Storage to_flagos(const c10::Storage& native);
 
  private:
   c10::DeviceIndex index_;
+  Ownership ownership_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> seen_;
 };
 
 // A flagos tensor with the metadata of a native result (zero copy).
 FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabeler);
 FLAGOS_API at::Tensor flagos_from_native(const at::Tensor& native, c10::DeviceIndex index);
+// A flagos view of a native tensor the caller keeps using: memory is shared, never taken over.
+FLAGOS_API at::Tensor flagos_view_of_native(const at::Tensor& native, c10::DeviceIndex index);
+
+// Turns a fresh native result into a flagos tensor without allocating: when nothing else
+// references the tensor or its storage (and the storage is not an alias of flagos memory), the
+// same TensorImpl and StorageImpl are re-labelled as flagos:index. Returns false (and changes
+// nothing) otherwise; then flagos_from_native is the way.
+FLAGOS_API bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index);
 
 // After a kernel wrote through `alias` (maybe resizing or re-pointing it), makes `original`
 // describe the same memory and shape.

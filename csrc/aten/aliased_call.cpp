@@ -4,8 +4,8 @@
 #include "runtime/accelerator.h"
 #include "runtime/generator.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/util/SmallVector.h>
 
 #include <optional>
 
@@ -20,13 +20,37 @@ bool is_written(const c10::Argument& arg) {
   return arg.alias_info() != nullptr && arg.alias_info()->isWrite();
 }
 
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() != c10::TypeKind::OptionalType) {
-    return false;
+c10::TypePtr unwrap_optional(const c10::TypePtr& type, bool* optional) {
+  *optional = false;
+  if (type->kind() == c10::TypeKind::OptionalType) {
+    *optional = true;
+    return type->castRaw<c10::OptionalType>()->getElementType();
   }
-  return type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-      c10::TypeKind::GeneratorType;
+  return type;
+}
+
+std::optional<ArgPlan::Kind> kind_of(const c10::TypePtr& type) {
+  bool optional = false;
+  const auto inner = unwrap_optional(type, &optional);
+  switch (inner->kind()) {
+    case c10::TypeKind::TensorType:
+      return ArgPlan::Kind::Tensor;
+    case c10::TypeKind::DeviceObjType:
+      return ArgPlan::Kind::Device;
+    case c10::TypeKind::GeneratorType:
+      return optional ? ArgPlan::Kind::OptionalGenerator : ArgPlan::Kind::Generator;
+    case c10::TypeKind::ListType: {
+      bool opt_elem = false;
+      const auto elem =
+          unwrap_optional(inner->castRaw<c10::ListType>()->getElementType(), &opt_elem);
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        return opt_elem ? ArgPlan::Kind::OptionalTensorList : ArgPlan::Kind::TensorList;
+      }
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
 }
 
 // Finds the flagos device of the call and rejects mixed devices the way native backends do:
@@ -35,7 +59,7 @@ class DeviceCheck {
  public:
   explicit DeviceCheck(const c10::OperatorHandle& op) : op_(op) {}
 
-  void see(const at::Tensor& t, const c10::Argument& arg, bool cpu_allowed) {
+  void see(const at::Tensor& t, uint16_t arg, bool cpu_allowed) {
     if (!t.defined()) {
       return;
     }
@@ -53,7 +77,7 @@ class DeviceCheck {
     }
     if (!stray_) {
       stray_ = device;
-      stray_arg_ = arg.name();
+      stray_arg_ = arg;
     }
   }
 
@@ -68,23 +92,13 @@ class DeviceCheck {
       index_ = accelerator().guard().getDevice().index();
     }
     if (stray_) {
-      TORCH_CHECK(
-          false,
-          "Expected all tensors to be on the same device, but found at least two devices, flagos:",
-          static_cast<int>(index_),
-          " and ",
-          *stray_,
-          "! (argument '",
-          stray_arg_,
-          "' of ",
-          op_.schema().operator_name(),
-          ")");
+      fail(*stray_, stray_arg_);
     }
     return index_;
   }
 
  private:
-  [[noreturn]] void fail(const c10::Device& other, const c10::Argument& arg) {
+  [[noreturn]] void fail(const c10::Device& other, uint16_t arg) {
     TORCH_CHECK(
         false,
         "Expected all tensors to be on the same device, but found at least two devices, flagos:",
@@ -92,7 +106,7 @@ class DeviceCheck {
         " and ",
         other,
         "! (argument '",
-        arg.name(),
+        op_.schema().arguments()[arg].name(),
         "' of ",
         op_.schema().operator_name(),
         ")");
@@ -101,157 +115,280 @@ class DeviceCheck {
   const c10::OperatorHandle& op_;
   c10::DeviceIndex index_ = -1;
   std::optional<c10::Device> stray_;
-  std::string stray_arg_;
+  uint16_t stray_arg_ = 0;
 };
 
-struct WrittenTensor {
-  at::Tensor original;
-  at::Tensor alias;
-};
+at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
+  if (mapping == Mapping::Alias) {
+    return native_alias(t, writes);
+  }
+  return t.to(c10::Device(c10::DeviceType::CPU));
+}
 
-// Finds the argument whose alias set a written result shares (in-place and out= results).
-std::optional<size_t> written_argument_for(const c10::FunctionSchema& schema, size_t ret) {
-  const auto* info = schema.returns()[ret].alias_info();
-  if (info == nullptr || !info->isWrite()) {
-    return std::nullopt;
+at::Generator generator_for(const at::Generator& flagos, Mapping mapping) {
+  auto native = native_generator_for(flagos);
+  if (mapping == Mapping::Copy && native.device().type() != c10::DeviceType::CPU) {
+    // A CPU kernel cannot draw from device RNG state; it uses the CPU default generator.
+    return at::detail::getDefaultCPUGenerator();
   }
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto* arg_info = args[i].alias_info();
-    if (arg_info != nullptr && arg_info->isWrite() &&
-        arg_info->beforeSets() == info->beforeSets()) {
-      return i;
-    }
-  }
-  return std::nullopt;
+  return native;
 }
 
 } // namespace
 
-void call_native_aliased(
-    const c10::OperatorHandle& op,
-    torch::jit::Stack* stack,
-    c10::DispatchKey native_key) {
-  const auto& schema = op.schema();
+ArgPlan ArgPlan::build(const c10::FunctionSchema& schema) {
+  ArgPlan plan;
   const auto& args = schema.arguments();
-  const size_t num_args = args.size();
-  const size_t begin = stack->size() - num_args;
-  auto& accel = accelerator();
-
-  DeviceCheck devices(op);
-  for (size_t i = 0; i < num_args; ++i) {
-    const auto& v = (*stack)[begin + i];
-    if (v.isTensor()) {
-      devices.see(v.toTensor(), args[i], false);
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        devices.see(t, args[i], false);
-      }
-    } else if (v.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        if (t.has_value()) {
-          devices.see(*t, args[i], true);
+  plan.num_args = static_cast<uint16_t>(args.size());
+  plan.num_returns = static_cast<uint16_t>(schema.returns().size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (auto kind = kind_of(args[i].type())) {
+      const bool written = is_written(args[i]);
+      plan.args.push_back(Arg{static_cast<uint16_t>(i), *kind, written});
+      plan.has_written = plan.has_written || written;
+    }
+  }
+  for (const auto& ret : schema.returns()) {
+    int16_t found = -1;
+    const auto* info = ret.alias_info();
+    if (info != nullptr && info->isWrite()) {
+      for (size_t i = 0; i < args.size(); ++i) {
+        const auto* arg_info = args[i].alias_info();
+        if (arg_info != nullptr && arg_info->isWrite() &&
+            arg_info->beforeSets() == info->beforeSets()) {
+          found = static_cast<int16_t>(i);
+          break;
         }
       }
-    } else if (v.isDevice()) {
-      devices.see_device(v.toDevice());
+    }
+    plan.returns_arg.push_back(found);
+  }
+  return plan;
+}
+
+void prepare_call(
+    const c10::OperatorHandle& op,
+    const ArgPlan& plan,
+    torch::jit::Stack* stack,
+    Mapping mapping,
+    PreparedCall& call) {
+  const size_t begin = stack->size() - plan.num_args;
+  call.mapping = mapping;
+
+  DeviceCheck devices(op);
+  for (const auto& a : plan.args) {
+    const auto& v = (*stack)[begin + a.index];
+    switch (a.kind) {
+      case ArgPlan::Kind::Tensor:
+        if (v.isTensor()) {
+          devices.see(v.toTensor(), a.index, false);
+        }
+        break;
+      case ArgPlan::Kind::TensorList:
+        for (const at::Tensor& t : v.toTensorList()) {
+          devices.see(t, a.index, false);
+        }
+        break;
+      case ArgPlan::Kind::OptionalTensorList:
+        for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+          if (t.has_value()) {
+            devices.see(*t, a.index, true);
+          }
+        }
+        break;
+      case ArgPlan::Kind::Device:
+        if (v.isDevice()) {
+          devices.see_device(v.toDevice());
+        }
+        break;
+      default:
+        break;
     }
   }
   const c10::DeviceIndex index = devices.finish();
+  call.index = index;
 
-  c10::SmallVector<c10::IValue, 8> originals(stack->begin() + begin, stack->end());
-  c10::SmallVector<WrittenTensor, 2> written;
-  for (size_t i = 0; i < num_args; ++i) {
-    auto& v = (*stack)[begin + i];
-    const bool writes = is_written(args[i]);
-    if (v.isTensor()) {
-      const auto& t = v.toTensor();
-      if (is_flagos(t)) {
-        auto alias = native_alias(t, writes);
-        if (writes) {
-          written.push_back({t, alias});
+  for (const auto& a : plan.args) {
+    auto& v = (*stack)[begin + a.index];
+    if (a.written) {
+      call.written_args.emplace_back(a.index, v);
+    }
+    switch (a.kind) {
+      case ArgPlan::Kind::Tensor: {
+        if (!v.isTensor()) {
+          break;
         }
-        v = std::move(alias);
-      }
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> aliases;
-      const auto list = v.toTensorList();
-      aliases.reserve(list.size());
-      for (const at::Tensor& t : list) {
+        const auto& t = v.toTensor();
         if (is_flagos(t)) {
-          auto alias = native_alias(t, writes);
-          if (writes) {
-            written.push_back({t, alias});
+          auto mapped = to_native(t, a.written, mapping);
+          if (a.written) {
+            call.written.push_back({t, mapped});
           }
-          aliases.push_back(std::move(alias));
-        } else {
-          aliases.push_back(t);
+          v = std::move(mapped);
         }
+        break;
       }
-      v = std::move(aliases);
-    } else if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> aliases;
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        aliases.push_back(t.has_value() && is_flagos(*t) ? native_alias(*t) : t);
+      case ArgPlan::Kind::TensorList: {
+        const auto list = v.toTensorList();
+        c10::List<at::Tensor> mapped_list;
+        mapped_list.reserve(list.size());
+        for (const at::Tensor& t : list) {
+          if (is_flagos(t)) {
+            auto mapped = to_native(t, a.written, mapping);
+            if (a.written) {
+              call.written.push_back({t, mapped});
+            }
+            mapped_list.push_back(std::move(mapped));
+          } else {
+            mapped_list.push_back(t);
+          }
+        }
+        v = std::move(mapped_list);
+        break;
       }
-      v = std::move(aliases);
-    } else if (v.isDevice()) {
-      const auto device = v.toDevice();
-      if (device.type() == c10::DeviceType::PrivateUse1) {
-        v = accel.native_device(device.index() >= 0 ? device.index() : index);
+      case ArgPlan::Kind::OptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> mapped_list;
+        for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+          if (t.has_value() && is_flagos(*t)) {
+            mapped_list.push_back(to_native(*t, false, mapping));
+          } else {
+            mapped_list.push_back(t);
+          }
+        }
+        v = std::move(mapped_list);
+        break;
       }
-    } else if (v.isGenerator()) {
-      const auto& gen = v.toGenerator();
-      if (gen.device().type() == c10::DeviceType::PrivateUse1) {
-        v = native_generator_for(gen);
+      case ArgPlan::Kind::Device: {
+        if (!v.isDevice()) {
+          break;
+        }
+        const auto device = v.toDevice();
+        if (device.type() == c10::DeviceType::PrivateUse1) {
+          if (mapping == Mapping::Alias) {
+            v = accelerator().native_device(device.index() >= 0 ? device.index() : index);
+          } else {
+            v = c10::Device(c10::DeviceType::CPU);
+          }
+        }
+        break;
       }
-    } else if (v.isNone() && is_optional_generator(args[i])) {
-      // The kernel would draw from the native default generator; flagos RNG state lives in
-      // the flagos default generator of this device.
-      v = native_generator_for(default_generator(index));
+      case ArgPlan::Kind::Generator:
+      case ArgPlan::Kind::OptionalGenerator: {
+        if (v.isGenerator()) {
+          const auto& gen = v.toGenerator();
+          TORCH_CHECK(
+              gen.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a 'flagos' device type for generator but found '",
+              gen.device().type(),
+              "'");
+          v = generator_for(gen, mapping);
+        } else if (v.isNone()) {
+          // The kernel would draw from the native default generator; flagos RNG state lives
+          // in the flagos default generator of this device.
+          v = generator_for(default_generator(index), mapping);
+        }
+        break;
+      }
+    }
+  }
+}
+
+void finish_call(
+    const c10::OperatorHandle& op,
+    const ArgPlan& plan,
+    torch::jit::Stack* stack,
+    PreparedCall& call) {
+  for (const auto& w : call.written) {
+    if (call.mapping == Mapping::Alias) {
+      sync_from_alias(w.original, w.mapped);
+    } else {
+      if (w.original.sizes() != w.mapped.sizes()) {
+        w.original.resize_(w.mapped.sizes());
+      }
+      w.original.copy_(w.mapped);
     }
   }
 
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      op.hasKernelForDispatchKey(native_key),
-      schema.operator_name(),
-      " cannot run on flagos: its route needs a ",
-      c10::toString(native_key),
-      " kernel and the installed torch has none for it");
-  {
-    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
-    op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
-  }
-
-  for (const auto& w : written) {
-    sync_from_alias(w.original, w.alias);
-  }
-
-  const size_t num_returns = schema.returns().size();
-  const size_t rbegin = stack->size() - num_returns;
-  StorageRelabeler relabeler(index);
-  for (size_t r = 0; r < num_returns; ++r) {
+  const auto native_type = call.mapping == Mapping::Alias ? accelerator().native_device_type()
+                                                          : c10::DeviceType::CPU;
+  const c10::Device flagos(c10::DeviceType::PrivateUse1, call.index);
+  const size_t rbegin = stack->size() - plan.num_returns;
+  std::optional<StorageRelabeler> relabeler;
+  auto relabel = [&](at::Tensor t) -> at::Tensor {
+    if (!t.defined() || t.device().type() != native_type) {
+      return t;
+    }
+    if (call.mapping == Mapping::Copy) {
+      return t.to(flagos);
+    }
+    if (call.relabel_in_place && relabel_fresh_in_place(t, call.index)) {
+      return t;
+    }
+    if (!relabeler) {
+      relabeler.emplace(call.index);
+    }
+    return flagos_from_native(t, *relabeler);
+  };
+  for (size_t r = 0; r < plan.num_returns; ++r) {
     auto& v = (*stack)[rbegin + r];
-    if (auto arg = written_argument_for(schema, r)) {
-      v = originals[*arg];
-    } else if (v.isTensor()) {
-      const auto& t = v.toTensor();
-      if (t.defined() && t.device().type() == accel.native_device_type()) {
-        v = flagos_from_native(t, relabeler);
+    if (const int16_t arg = plan.returns_arg[r]; arg >= 0) {
+      for (auto& [index, original] : call.written_args) {
+        if (index == arg) {
+          v = original;
+          break;
+        }
       }
+    } else if (v.isTensor()) {
+      v = relabel(std::move(v).toTensor());
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> results;
       const auto list = v.toTensorList();
       results.reserve(list.size());
       for (const at::Tensor& t : list) {
-        results.push_back(
-            t.defined() && t.device().type() == accel.native_device_type()
-                ? flagos_from_native(t, relabeler)
-                : t);
+        results.push_back(relabel(t));
       }
       v = std::move(results);
     }
   }
+}
+
+void call_native(
+    const c10::OperatorHandle& op,
+    const ArgPlan& plan,
+    torch::jit::Stack* stack,
+    c10::DispatchKey native_key,
+    Mapping mapping,
+    bool has_kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      has_kernel,
+      op.schema().operator_name(),
+      " cannot run on flagos: its route needs a ",
+      c10::toString(native_key),
+      " kernel and the installed torch has none for it");
+  PreparedCall call;
+  call.relabel_in_place = true;
+  prepare_call(op, plan, stack, mapping, call);
+  {
+    const c10::Device device(c10::DeviceType::PrivateUse1, call.index);
+    const auto& guard = accelerator().guard();
+    const auto current = guard.getDevice();
+    if (current.index() != call.index) {
+      c10::DeviceGuard switch_device(device);
+      op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
+    } else {
+      op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
+    }
+  }
+  finish_call(op, plan, stack, call);
+}
+
+void call_native_aliased(
+    const c10::OperatorHandle& op,
+    torch::jit::Stack* stack,
+    c10::DispatchKey native_key) {
+  const auto plan = ArgPlan::build(op.schema());
+  call_native(
+      op, plan, stack, native_key, Mapping::Alias, op.hasComputedKernelForDispatchKey(native_key));
 }
 
 } // namespace torch_fl

@@ -8,11 +8,8 @@
 namespace torch_fl {
 namespace {
 
-// PyTorch's shared op lists name these types unqualified.
-using at::IntArrayRef;
-using at::Scalar;
-using at::ScalarType;
-using at::Tensor;
+// PyTorch's shared op lists name ATen types unqualified, and which types differs by version.
+using namespace at;  // NOLINT(google-build-using-namespace)
 
 at::Tensor binary_cross_entropy_banned(
     const at::Tensor&,

@@ -1,7 +1,7 @@
-// The catch-all: every operator without a flagos kernel runs through the router's fallback.
+// The catch-all: every operator without a flagos kernel runs through the router, which picks
+// its route (csrc/aten/routing/router.h).
 
-#include "aten/aliased_call.h"
-#include "runtime/accelerator.h"
+#include "aten/routing/router.h"
 
 #include <torch/library.h>
 
@@ -9,7 +9,7 @@ namespace torch_fl {
 namespace {
 
 void flagos_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  call_native_aliased(op, stack, accelerator().native_dispatch_key());
+  routing::route_call(op, stack);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

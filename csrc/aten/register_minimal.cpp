@@ -1,6 +1,7 @@
 // Registration of the operators flagos implements itself (csrc/aten/native/).
 
 #include "aten/native/convolution.h"
+#include "aten/native/dropout.h"
 #include "aten/native/minimal.h"
 
 #include <torch/library.h>
@@ -27,26 +28,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl(
       "convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+#if defined(FLAGOS_ACCELERATOR_CPU)
+  // On device accelerators the native dropout kernel already draws from the device's default
+  // generator, which backs the flagos one.
+  m.impl("native_dropout", TORCH_FN(native::native_dropout));
+#endif
 }
 
 } // namespace
 } // namespace torch_fl
 
-namespace torch_fl {
-namespace {
-
-// _copy_from is how copy_ reaches flagos; it carries the conj/neg bits to the native copy,
-// which resolves them. Without these fallthroughs the math-bit fallbacks would materialise
-// the source with another copy_, which calls _copy_from again, without end.
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-} // namespace
-} // namespace torch_fl

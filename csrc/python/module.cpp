@@ -13,6 +13,9 @@
 namespace py = pybind11;
 
 namespace torch_fl {
+
+void init_routing_bindings(py::module_& m);
+
 namespace {
 
 py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
@@ -60,6 +63,7 @@ c10::Device flagos(c10::DeviceIndex index) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_fl C++ core bindings";
+  init_routing_bindings(m);
   m.def("_config_error", &config_error);
   m.def("_accelerator_name", [] { return std::string(accelerator().name()); });
   m.def("_native_device_type", [] {
@@ -135,7 +139,7 @@ PYBIND11_MODULE(_C, m) {
             accelerator().native_device_type(),
             " tensor, got one on ",
             t.device());
-        return flagos_from_native(t, resolve_device_index(index));
+        return flagos_view_of_native(t, resolve_device_index(index));
       },
       py::arg("tensor"),
       py::arg("index") = -1,

@@ -67,6 +67,10 @@ class Accelerator {
 
   // A fresh native generator; flagos generators wrap one (see generator.h).
   virtual at::Generator make_native_generator(c10::DeviceIndex index) const = 0;
+  // The native generator behind flagos:index's default generator. On a device accelerator it is
+  // the native device's default generator, so kernels that take no generator argument (dropout)
+  // draw from the state torch.flagos.manual_seed sets.
+  virtual at::Generator default_native_generator(c10::DeviceIndex index) const = 0;
 
   virtual DeviceProperties properties(c10::DeviceIndex index) const = 0;
 };

@@ -70,7 +70,7 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   auto& slot = generators[index];
   if (!slot) {
     slot = std::make_unique<at::Generator>(at::make_generator<FlagosGenerator>(
-        index, accelerator().make_native_generator(index)));
+        index, accelerator().default_native_generator(index)));
   }
   return *slot;
 }

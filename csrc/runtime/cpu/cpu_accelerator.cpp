@@ -92,6 +92,11 @@ class CpuAccelerator final : public Accelerator {
   at::Generator make_native_generator(c10::DeviceIndex) const override {
     return at::detail::createCPUGenerator();
   }
+  at::Generator default_native_generator(c10::DeviceIndex index) const override {
+    // Independent of the CPU's own default generator; native_dropout, the one kernel that
+    // draws without a generator argument, has a flagos kernel on this accelerator.
+    return make_native_generator(index);
+  }
   DeviceProperties properties(c10::DeviceIndex index) const override {
     check_device_index(index);
     DeviceProperties p;

@@ -132,13 +132,15 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
   }
   block->requested = nbytes;
   {
+    // Account the block as handed out, which may be a reused block larger than `size`:
+    // release() takes back block->size, so the two must agree.
     std::lock_guard<std::mutex> lock(st.mutex);
     st.live.emplace(block->ptr, block);
-    for_pools(size, [&](size_t p) {
+    for_pools(block->size, [&](size_t p) {
       increase(st.stats.allocation[p], 1);
       increase(st.stats.active[p], 1);
-      increase(st.stats.allocated_bytes[p], size);
-      increase(st.stats.active_bytes[p], size);
+      increase(st.stats.allocated_bytes[p], block->size);
+      increase(st.stats.active_bytes[p], block->size);
       increase(st.stats.requested_bytes[p], nbytes);
     });
   }

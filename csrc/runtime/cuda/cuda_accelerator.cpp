@@ -80,6 +80,10 @@ class CudaAccelerator final : public Accelerator {
     cuda::ensure_cuda_initialized();
     return at::detail::getCUDAHooks().getNewGenerator(index);
   }
+  at::Generator default_native_generator(c10::DeviceIndex index) const override {
+    cuda::ensure_cuda_initialized();
+    return at::detail::getCUDAHooks().getDefaultGenerator(index);
+  }
   DeviceProperties properties(c10::DeviceIndex index) const override {
     check_device_index(index);
     cudaDeviceProp prop{};

@@ -1,0 +1,199 @@
+"""Host time per operator call on flagos against the native device, interleaved in one process.
+
+On the cpu accelerator the native device is plain CPU tensors: a flagos call runs the same CPU
+kernel, reached through the router (route lookup, zero-copy aliasing of arguments, re-labelling
+of results), so the ratio is the router's cost against calling the target kernel directly. On
+the cuda accelerator the native device is cuda.
+
+    python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50]
+
+Prints per-operator medians (microseconds per call), their ratio flagos/native, the geometric
+mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the
+flagos_python route's cost against calling the same Python function directly.
+Targets (cpu accelerator): geometric mean <= 1.3, MLP step <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import torch_fl
+from torch_fl import routing
+
+
+def _cases(
+    device: str, native: str
+) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """name -> (flagos call, native call), each on inputs of its own device."""
+
+    def make(dev: str) -> dict[str, Callable[[], object]]:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(64, 64, generator=g).to(dev)
+        b = torch.randn(64, 64, generator=g).to(dev)
+        m1 = torch.randn(64, 64, generator=g).to(dev)
+        m2 = torch.randn(64, 64, generator=g).to(dev)
+        acc = torch.zeros(64, 64).to(dev)
+        idx = torch.randint(0, 64, (32,), generator=g).to(dev)
+        host = torch.randn(64, 64, generator=g)
+        dst = torch.empty(64, 64).to(dev)
+        return {
+            "add": lambda: a + b,
+            "add_": lambda: acc.add_(b),
+            "mul_scalar": lambda: a * 2.5,
+            "mm_64x64": lambda: torch.mm(m1, m2),
+            "sum": lambda: a.sum(),
+            "relu": lambda: torch.relu(a),
+            "softmax": lambda: torch.softmax(a, dim=1),
+            "view": lambda: a.view(4096),
+            "index": lambda: a[idx],
+            "cat": lambda: torch.cat([a, b]),
+            "copy_h2d": lambda: dst.copy_(host),
+        }
+
+    flagos_cases = make(device)
+    native_cases = make(native)
+    return {name: (flagos_cases[name], native_cases[name]) for name in flagos_cases}
+
+
+def _mlp(dev: str, train: bool = True) -> Callable[[], object]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64).to(dev)
+    y = torch.randint(0, 10, (32,)).to(dev)
+
+    def forward() -> object:
+        with torch.no_grad():
+            return model(x)
+
+    def step() -> object:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step if train else forward
+
+
+def _sync(dev: str) -> None:
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif dev.startswith("flagos"):
+        torch.flagos.synchronize()
+
+
+def _interleaved(
+    fl: Callable[[], object],
+    nat: Callable[[], object],
+    fl_dev: str,
+    nat_dev: str,
+    reps: int,
+    calls: int,
+) -> tuple[float, float]:
+    """Median microseconds per call of each, alternating batches of `calls` calls."""
+    for _ in range(max(3, calls // 5)):  # warm up: caches, allocator, route resolution
+        fl()
+        nat()
+    _sync(fl_dev)
+    _sync(nat_dev)
+    fl_t: list[float] = []
+    nat_t: list[float] = []
+    for rep in range(reps):
+        order = ((fl, fl_dev, fl_t), (nat, nat_dev, nat_t))
+        for fn, dev, out in order if rep % 2 == 0 else reversed(order):
+            start = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            _sync(dev)
+            out.append((time.perf_counter_ns() - start) / calls / 1000.0)
+    return statistics.median(fl_t), statistics.median(nat_t)
+
+
+def _python_route_cost(reps: int, calls: int) -> tuple[float, float]:
+    """flagos_python route (relu kernel in Python) against calling the function directly."""
+
+    def kernel(self):
+        return torch.relu(self)
+
+    a = torch.randn(64, 64, device="flagos")
+    native = a.cpu()
+    routing.register_python_kernel("aten::relu", kernel)
+    with routing.route("aten::relu", "flagos_python"):
+        result = _interleaved(
+            lambda: torch.relu(a), lambda: kernel(native), "flagos", "cpu", reps, calls
+        )
+    routing.register_python_kernel("aten::relu", None)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=200, help="interleaved repetitions")
+    parser.add_argument("--calls", type=int, default=50, help="calls per timed batch")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    accel = torch_fl.build_config.ACCELERATOR
+    fl_dev = "flagos"
+    nat_dev = "cpu" if accel == "cpu" else "cuda"
+    print(
+        f"torch {torch.__version__}, torch_fl accelerator {accel}, python "
+        f"{platform.python_version()}, {platform.machine()}, threads {args.threads}"
+    )
+    print(f"interleaved: {args.reps} reps x {args.calls} calls, medians; flagos vs {nat_dev}")
+    print(f"{'op':<12} {'flagos us':>10} {'native us':>10} {'ratio':>7}")
+    ratios = []
+    for name, (fl, nat) in _cases(fl_dev, nat_dev).items():
+        t_fl, t_nat = _interleaved(fl, nat, fl_dev, nat_dev, args.reps, args.calls)
+        ratios.append(t_fl / t_nat)
+        print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print(f"{'geomean':<12} {'':>10} {'':>10} {geomean:>7.3f}")
+
+    for name, train in (("mlp_forward", False), ("mlp_step", True)):
+        t_fl, t_nat = _interleaved(
+            _mlp(fl_dev, train),
+            _mlp(nat_dev, train),
+            fl_dev,
+            nat_dev,
+            max(20, args.reps // 4),
+            max(5, args.calls // 5),
+        )
+        print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
+    # The autograd engine runs the backward of device tensors on a per-device worker thread
+    # (CPU tensors: on the calling thread), so a step on flagos pays a thread hand-off that
+    # plain CPU does not. This line runs both on the calling thread, isolating the router.
+    with torch.autograd.set_multithreading_enabled(False):
+        t_fl, t_nat = _interleaved(
+            _mlp(fl_dev, True),
+            _mlp(nat_dev, True),
+            fl_dev,
+            nat_dev,
+            max(20, args.reps // 4),
+            max(5, args.calls // 5),
+        )
+    print(
+        f"{'mlp_step_st':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
+        "   (autograd multithreading off: backward on the calling thread for both)"
+    )
+
+    t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
+    print(
+        f"flagos_python route (relu kernel in Python): {t_py:.2f} us per call against "
+        f"{t_direct:.2f} us calling the function directly (+{t_py - t_direct:.2f} us)"
+    )
+
+
+if __name__ == "__main__":
+    main()

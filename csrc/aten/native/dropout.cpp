@@ -1,0 +1,28 @@
+#include "aten/native/dropout.h"
+
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/ones_like.h>
+
+namespace torch_fl::native {
+
+// The same arithmetic as ATen's CPU kernel, so masks and scaling match it exactly; bernoulli_
+// runs through the router, which hands the kernel the flagos default generator.
+std::tuple<at::Tensor, at::Tensor> native_dropout(
+    const at::Tensor& input,
+    double p,
+    std::optional<bool> train) {
+  if (input.numel() == 0) {
+    return {input, at::empty_like(input, input.options())};
+  }
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(c10::kBool))};
+  }
+  const double keep = 1. - p;
+  const double scale = keep == 0 ? 0. : 1. / keep;
+  at::Tensor mask = at::empty_like(input, at::MemoryFormat::Contiguous);
+  mask.bernoulli_(keep);
+  at::Tensor output = input.mul(mask).mul_(scale);
+  return {output, mask};
+}
+
+} // namespace torch_fl::native

@@ -1,0 +1,262 @@
+#include "aten/routing/conf_parser.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace torch_fl::conf {
+namespace {
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0;
+  size_t e = s.size();
+  while (b < e && is_space(s[b])) {
+    ++b;
+  }
+  while (e > b && is_space(s[e - 1])) {
+    --e;
+  }
+  return s.substr(b, e - b);
+}
+
+bool is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+bool is_ident(char c) {
+  return is_ident_start(c) || (c >= '0' && c <= '9');
+}
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !is_ident_start(s[0])) {
+    return false;
+  }
+  for (char c : s) {
+    if (!is_ident(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Printable form of a line for error messages (control bytes escaped, long lines cut).
+std::string shown(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() > 200) {
+      out += "...";
+      break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) {
+      out += ", ";
+    }
+    out += s;
+  }
+  return out;
+}
+
+std::string normal_path(const std::string& p) {
+  return std::filesystem::path(p).lexically_normal().string();
+}
+
+std::string resolve_include(const std::string& including, const std::string& target) {
+  std::filesystem::path t(target);
+  if (t.is_absolute()) {
+    return normal_path(target);
+  }
+  return normal_path((std::filesystem::path(including).parent_path() / t).string());
+}
+
+class Parser {
+ public:
+  explicit Parser(const Options& options) : options_(options) {}
+
+  void parse(const std::string& text, const std::string& path) {
+    stack_.push_back(path);
+    std::string line;
+    int number = 0;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) {
+        nl = text.size();
+      }
+      line.assign(text, pos, nl - pos);
+      ++number;
+      parse_line(line, path, number);
+      pos = nl + 1;
+    }
+    stack_.pop_back();
+  }
+
+  std::vector<Entry> take() {
+    return std::move(entries_);
+  }
+
+ private:
+  [[noreturn]] void fail(
+      const std::string& path, int number, const std::string& raw, const std::string& what) {
+    std::ostringstream os;
+    os << path << ":" << number << ": " << what << "\n  " << number << " | " << shown(raw);
+    throw ConfError(os.str());
+  }
+
+  void parse_line(const std::string& raw, const std::string& path, int number) {
+    std::string body = raw;
+    if (auto hash = body.find('#'); hash != std::string::npos) {
+      body.resize(hash);
+    }
+    body = trim(body);
+    if (body.empty()) {
+      return;
+    }
+    if (body.rfind("include", 0) == 0 && (body.size() == 7 || is_space(body[7]))) {
+      include(trim(body.substr(7)), path, number, raw);
+      return;
+    }
+    const auto eq = body.find('=');
+    if (eq == std::string::npos || body.find('=', eq + 1) != std::string::npos) {
+      fail(path, number, raw,
+           "malformed line: expected '<op>.<overload> = <route>' or 'include <file>'");
+    }
+    const std::string lhs = trim(body.substr(0, eq));
+    const std::string rhs = trim(body.substr(eq + 1));
+    const auto op = canonical_op_name(lhs);
+    if (!op) {
+      fail(path, number, raw,
+           "malformed operator name '" + lhs +
+               "': expected <op>.<overload> as in torch.ops.aten (e.g. add.Tensor, relu, "
+               "aten::mm.default)");
+    }
+    bool known_route = false;
+    for (const auto& r : options_.routes) {
+      known_route = known_route || r == rhs;
+    }
+    if (!known_route) {
+      fail(path, number, raw,
+           "unknown route '" + rhs + "'; valid routes: " + join(options_.routes));
+    }
+    if (options_.check_op) {
+      std::string why = options_.check_op(*op);
+      if (!why.empty()) {
+        fail(path, number, raw, "unknown operator '" + *op + "': " + why);
+      }
+    }
+    entries_.push_back(Entry{*op, rhs, path, number});
+  }
+
+  void include(const std::string& target, const std::string& path, int number,
+               const std::string& raw) {
+    if (target.empty()) {
+      fail(path, number, raw, "malformed include: expected 'include <file>'");
+    }
+    const std::string resolved = resolve_include(path, target);
+    for (const auto& open : stack_) {
+      if (normal_path(open) == resolved) {
+        std::string chain;
+        for (const auto& s : stack_) {
+          chain += s + " -> ";
+        }
+        fail(path, number, raw, "include cycle: " + chain + resolved);
+      }
+    }
+    if (static_cast<int>(stack_.size()) >= kMaxDepth) {
+      fail(path, number, raw,
+           "includes nested deeper than " + std::to_string(kMaxDepth) + " files");
+    }
+    std::optional<std::string> text;
+    if (options_.read_file) {
+      text = options_.read_file(resolved);
+    }
+    if (!text) {
+      fail(path, number, raw, "cannot read included file '" + resolved + "'");
+    }
+    parse(*text, resolved);
+  }
+
+  const Options& options_;
+  std::vector<std::string> stack_;
+  std::vector<Entry> entries_;
+};
+
+} // namespace
+
+std::optional<std::string> canonical_op_name(const std::string& text) {
+  std::string ns = "aten";
+  std::string rest = text;
+  if (auto colons = text.find("::"); colons != std::string::npos) {
+    ns = text.substr(0, colons);
+    rest = text.substr(colons + 2);
+    if (!is_identifier(ns)) {
+      return std::nullopt;
+    }
+  }
+  std::string name = rest;
+  std::string overload;
+  if (auto dot = rest.find('.'); dot != std::string::npos) {
+    name = rest.substr(0, dot);
+    overload = rest.substr(dot + 1);
+    if (!is_identifier(overload)) {
+      return std::nullopt;
+    }
+    if (overload == "default") {
+      overload.clear();
+    }
+  }
+  if (!is_identifier(name)) {
+    return std::nullopt;
+  }
+  return ns + "::" + name + (overload.empty() ? "" : "." + overload);
+}
+
+std::vector<Entry> parse_text(const std::string& text, const std::string& path, const Options& options) {
+  Parser parser(options);
+  parser.parse(text, normal_path(path));
+  return parser.take();
+}
+
+std::vector<Entry> parse_file(const std::string& path, const Options& options) {
+  std::optional<std::string> text;
+  if (options.read_file) {
+    text = options.read_file(normal_path(path));
+  }
+  if (!text) {
+    throw ConfError("cannot read routing table '" + path + "'");
+  }
+  return parse_text(*text, path, options);
+}
+
+std::optional<std::string> read_disk_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return std::nullopt;
+  }
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+} // namespace torch_fl::conf

@@ -1,0 +1,806 @@
+#include "aten/routing/router.h"
+
+#include "runtime/accelerator.h"
+
+#include <ATen/record_function.h>
+#include <torch/library.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+extern char** environ;
+
+namespace torch_fl::routing {
+namespace {
+
+constexpr const char* kRouteNames[kNumRoutes] = {"cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
+// Profiler event names: traces show each flagos operator's route nested under the operator.
+constexpr const char* kEventNames[kNumRoutes] = {
+    "flagos::cpu_fallback", "flagos::cuda", "flagos::flagos_python", "flagos::flaggems_cpp"};
+constexpr const char* kOpEnvPrefix = "FLAGOS_OP_";
+
+std::atomic<uint32_t> g_log{0};
+std::atomic<bool> g_strict{false};
+std::atomic<bool> g_force_copy{false};
+std::atomic<PythonRoute> g_python_route{nullptr};
+// Bumped when the dispatcher drops an operator, whose address may then be reused.
+std::atomic<uint64_t> g_epoch{0};
+
+std::string torch_version() {
+  return std::to_string(FLAGOS_TORCH_MAJOR) + "." + std::to_string(FLAGOS_TORCH_MINOR);
+}
+
+std::string canonical_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::optional<c10::OperatorHandle> find_op(const std::string& canonical) {
+  const auto colons = canonical.find("::");
+  const auto dot = canonical.find('.', colons == std::string::npos ? 0 : colons + 2);
+  c10::OperatorName name(
+      dot == std::string::npos ? canonical : canonical.substr(0, dot),
+      dot == std::string::npos ? "" : canonical.substr(dot + 1));
+  return c10::Dispatcher::singleton().findSchema(name);
+}
+
+// Empty when `canonical` names an operator of the installed torch; else the valid choices.
+std::string check_op(const std::string& canonical) {
+  if (find_op(canonical)) {
+    return "";
+  }
+  const auto dot = canonical.find('.', canonical.find("::") + 2);
+  const std::string base = canonical.substr(0, dot);
+  std::vector<std::string> overloads;
+  for (const auto& n : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (n.name == base) {
+      overloads.push_back(n.overload_name.empty() ? "default" : n.overload_name);
+    }
+  }
+  std::sort(overloads.begin(), overloads.end());
+  if (overloads.empty()) {
+    return "the installed torch " + torch_version() + " has no operator '" + base +
+        "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
+  }
+  std::string list;
+  for (const auto& o : overloads) {
+    list += (list.empty() ? "" : ", ") + o;
+  }
+  return "the installed torch " + torch_version() + " has no such overload; overloads of " +
+      base + ": " + list;
+}
+
+std::string join_routes() {
+  std::string out;
+  for (const char* r : kRouteNames) {
+    out += (out.empty() ? "" : ", ") + std::string(r);
+  }
+  return out;
+}
+
+bool is_device_accelerator() {
+  static const bool device = accelerator().native_device_type() != c10::DeviceType::CPU;
+  return device;
+}
+
+// ---- the registry of operator entries and configuration ----
+
+struct TableRoute {
+  Route route;
+  std::string where; // file:line
+};
+
+struct EnvRoute {
+  Route route;
+  std::string variable;
+};
+
+class Listener final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {
+    g_epoch.fetch_add(1, std::memory_order_release);
+  }
+};
+
+struct State {
+  std::mutex mu;
+  bool loaded = false;
+  std::string path;
+  std::string origin;
+  std::unordered_map<std::string, TableRoute> table;
+  std::unordered_map<std::string, EnvRoute> env;
+  std::unordered_map<std::string, Route> api;
+  std::unordered_map<const void*, OpEntry*> by_key;
+  std::unordered_map<std::string, OpEntry*> by_name;
+  std::vector<OpEntry*> all;
+  std::optional<c10::RegistrationHandleRAII> listener;
+
+  // Caller holds mu.
+  std::pair<Route, Origin> resolve(const std::string& name) const {
+    if (auto it = api.find(name); it != api.end()) {
+      return {it->second, Origin::Api};
+    }
+    if (auto it = env.find(name); it != env.end()) {
+      return {it->second.route, Origin::Env};
+    }
+    if (auto it = table.find(name); it != table.end()) {
+      return {it->second.route, Origin::Table};
+    }
+    return {default_route(), Origin::Default};
+  }
+
+  // Caller holds mu.
+  void resolve(OpEntry& e) {
+    const auto [route, origin] = resolve(e.name);
+    e.route.store(static_cast<uint8_t>(route), std::memory_order_relaxed);
+    e.origin.store(static_cast<uint8_t>(origin), std::memory_order_relaxed);
+  }
+
+  // Caller holds mu.
+  OpEntry& entry(const c10::OperatorHandle& op) {
+    if (!listener) {
+      listener.emplace(
+          c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<Listener>()));
+    }
+    const void* key = &op.operator_name();
+    auto name = canonical_name(op.operator_name());
+    if (auto it = by_key.find(key); it != by_key.end() && it->second->name == name) {
+      return *it->second;
+    }
+    if (auto it = by_name.find(name); it != by_name.end()) {
+      // The same operator registered again after being dropped: a new handle.
+      it->second->op = op;
+      by_key[key] = it->second;
+      return *it->second;
+    }
+    auto* e = new OpEntry(op, name); // entries live for the process: caches point at them
+    resolve(*e);
+    by_key[key] = e;
+    by_name.emplace(std::move(name), e);
+    all.push_back(e);
+    return *e;
+  }
+};
+
+State& state() {
+  static auto* s = new State(); // never destroyed: kernels may run during exit
+  return *s;
+}
+
+// Thread-local map from the dispatcher's operator to its entry: open addressing on the
+// OperatorName's address, which is stable for as long as the operator is registered.
+class Cache {
+ public:
+  OpEntry* find(const void* key) {
+    if (C10_UNLIKELY(epoch_ != g_epoch.load(std::memory_order_acquire))) {
+      clear();
+      return nullptr;
+    }
+    if (slots_ == nullptr) {
+      return nullptr;
+    }
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) {
+        return slots_[i].entry;
+      }
+      if (slots_[i].key == nullptr) {
+        return nullptr;
+      }
+    }
+  }
+
+  void insert(const void* key, OpEntry* entry) {
+    if (slots_ == nullptr || (used_ + 1) * 2 > mask_ + 1) {
+      grow();
+    }
+    place(key, entry);
+    ++used_;
+  }
+
+  ~Cache() {
+    delete[] slots_;
+  }
+
+ private:
+  struct Slot {
+    const void* key = nullptr;
+    OpEntry* entry = nullptr;
+  };
+
+  static size_t hash(const void* key) {
+    auto v = reinterpret_cast<uintptr_t>(key);
+    v ^= v >> 17;
+    return static_cast<size_t>(v * 0x9E3779B97F4A7C15ull >> 20);
+  }
+
+  void place(const void* key, OpEntry* entry) {
+    size_t i = hash(key) & mask_;
+    while (slots_[i].key != nullptr && slots_[i].key != key) {
+      i = (i + 1) & mask_;
+    }
+    slots_[i] = Slot{key, entry};
+  }
+
+  void grow() {
+    const size_t old_size = slots_ == nullptr ? 0 : mask_ + 1;
+    Slot* old = slots_;
+    const size_t size = old_size == 0 ? 256 : old_size * 2;
+    slots_ = new Slot[size];
+    mask_ = size - 1;
+    for (size_t i = 0; i < old_size; ++i) {
+      if (old[i].key != nullptr) {
+        place(old[i].key, old[i].entry);
+      }
+    }
+    delete[] old;
+  }
+
+  void clear() {
+    delete[] slots_;
+    slots_ = nullptr;
+    used_ = 0;
+    mask_ = 0;
+    epoch_ = g_epoch.load(std::memory_order_acquire);
+  }
+
+  Slot* slots_ = nullptr;
+  size_t mask_ = 0;
+  size_t used_ = 0;
+  uint64_t epoch_ = 0;
+};
+
+thread_local Cache t_cache;
+
+OpEntry& lookup(const c10::OperatorHandle& op) {
+  const void* key = &op.operator_name();
+  if (OpEntry* e = t_cache.find(key); C10_LIKELY(e != nullptr)) {
+    return *e;
+  }
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  OpEntry& e = s.entry(op);
+  t_cache.insert(key, &e);
+  return e;
+}
+
+// ---- observability ----
+
+std::string env_name_for(const std::string& canonical) {
+  std::string name = canonical.rfind("aten::", 0) == 0 ? canonical.substr(6) : canonical;
+  std::string out;
+  for (char c : name) {
+    if (c == '.') {
+      out += "__";
+    } else {
+      out += c;
+    }
+  }
+  return kOpEnvPrefix + out;
+}
+
+
+void log_call(OpEntry& e, Route r) {
+  const uint32_t flags = g_log.load(std::memory_order_relaxed);
+  const size_t i = static_cast<size_t>(r);
+  if ((flags & kLogDispatchAll) != 0 ||
+      ((flags & kLogDispatch) != 0 && !e.logged[i].exchange(true, std::memory_order_relaxed))) {
+    std::fprintf(stderr, "[flagos dispatch] %s -> %s\n", e.name.c_str(), kRouteNames[i]);
+  }
+}
+
+// cpu_fallback with host copies: what a device accelerator runs, and where strict mode and
+// FLAGOS_LOG=fallback apply.
+void check_copy_fallback(OpEntry& e) {
+  if (g_strict.load(std::memory_order_relaxed)) {
+    TORCH_CHECK(
+        false,
+        "torch_fl strict mode: ",
+        e.name,
+        " would run on cpu_fallback (its arguments copied to host memory and back) on the ",
+        accelerator().name(),
+        " accelerator. Route it to a device implementation (",
+        env_name_for(e.name),
+        "=<route>, or torch_fl.routing.set_route), or leave strict "
+        "mode (FLAGOS_STRICT=0, torch_fl.routing.strict(False)).");
+  }
+  if ((g_log.load(std::memory_order_relaxed) & kLogFallback) != 0 &&
+      !e.fallback_warned.exchange(true, std::memory_order_relaxed)) {
+    std::fprintf(
+        stderr,
+        "[flagos fallback] warning: %s runs on cpu_fallback (host copies) on the %s accelerator\n",
+        e.name.c_str(),
+        accelerator().name());
+  }
+}
+
+void run_cpu_fallback(const c10::OperatorHandle& op, OpEntry& e, torch::jit::Stack* stack) {
+  if (C10_LIKELY(!is_device_accelerator() && !g_force_copy.load(std::memory_order_relaxed))) {
+    // The cpu accelerator: flagos memory is host memory, CPU kernels run on it zero-copy.
+    call_native(op, e.plan, stack, c10::DispatchKey::CPU, Mapping::Alias, e.has_cpu_kernel);
+    return;
+  }
+  check_copy_fallback(e);
+  call_native(op, e.plan, stack, c10::DispatchKey::CPU, Mapping::Copy, e.has_cpu_kernel);
+}
+
+// ---- configuration helpers ----
+
+Route checked_route(const std::string& value, const std::string& what) {
+  auto route = route_from_name(value);
+  TORCH_CHECK(
+      route.has_value(), what, ": unknown route '", value, "'; valid routes: ", join_routes());
+  const auto why = unavailable_reason(*route);
+  TORCH_CHECK(why.empty(), what, ": ", why);
+  return *route;
+}
+
+std::string resolve_name(const std::string& text, const std::string& what) {
+  auto canonical = conf::canonical_op_name(text);
+  TORCH_CHECK(
+      canonical.has_value(),
+      what,
+      ": '",
+      text,
+      "' is not an operator name; write it as in torch.ops.aten, e.g. 'aten::add.Tensor' or "
+      "'relu'");
+  const auto why = check_op(*canonical);
+  TORCH_CHECK(why.empty(), what, ": unknown operator '", *canonical, "': ", why);
+  return *canonical;
+}
+
+// FLAGOS_OP_<name>: `.` is written `__`, so every `__` could be the dot; the split that names
+// an existing operator wins.
+std::string op_from_env_name(const std::string& variable, const std::string& encoded) {
+  std::vector<std::string> found;
+  auto consider = [&](const std::string& canonical) {
+    if (find_op(canonical) &&
+        std::find(found.begin(), found.end(), canonical) == found.end()) {
+      found.push_back(canonical);
+    }
+  };
+  if (conf::canonical_op_name(encoded)) {
+    consider("aten::" + encoded);
+  }
+  for (size_t i = encoded.find("__"); i != std::string::npos; i = encoded.find("__", i + 1)) {
+    auto name = conf::canonical_op_name(encoded.substr(0, i) + "." + encoded.substr(i + 2));
+    if (name) {
+      consider(*name);
+    }
+  }
+  TORCH_CHECK(
+      !found.empty(),
+      variable,
+      ": '",
+      encoded,
+      "' names no operator of the installed torch ",
+      torch_version(),
+      " (write <op>__<overload>, e.g. FLAGOS_OP_add__Tensor, FLAGOS_OP_relu)");
+  if (found.size() > 1) {
+    std::string list;
+    for (const auto& f : found) {
+      list += (list.empty() ? "" : ", ") + f;
+    }
+    TORCH_CHECK(false, variable, " is ambiguous: it could name ", list,
+                "; use torch_fl.routing.set_route for one of them");
+  }
+  return found.front();
+}
+
+bool parse_bool(const char* variable, const char* raw) {
+  std::string v(raw);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "1" || v == "on" || v == "true" || v == "yes") {
+    return true;
+  }
+  if (v.empty() || v == "0" || v == "off" || v == "false" || v == "no") {
+    return false;
+  }
+  TORCH_CHECK(false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
+}
+
+uint32_t parse_log(const char* raw) {
+  uint32_t flags = 0;
+  std::string v(raw);
+  size_t pos = 0;
+  while (pos <= v.size()) {
+    size_t comma = v.find(',', pos);
+    if (comma == std::string::npos) {
+      comma = v.size();
+    }
+    std::string item = v.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item == "dispatch") {
+      flags |= kLogDispatch;
+    } else if (item == "dispatch_all") {
+      flags |= kLogDispatchAll;
+    } else if (item == "fallback") {
+      flags |= kLogFallback;
+    } else if (item == "all") {
+      flags |= kLogDispatchAll | kLogFallback;
+    } else if (!item.empty()) {
+      TORCH_CHECK(false, "FLAGOS_LOG='", raw, "': unknown value '", item,
+                  "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
+    }
+    pos = comma + 1;
+  }
+  return flags;
+}
+
+// Structured operators (add.Tensor, mul_.Tensor, ...) reach a backend without a kernel of its
+// own through a composite kernel that allocates the result and calls the out= overload, so the
+// router would only ever see add.out. Registering the router as the PrivateUse1 kernel of
+// every aten operator that has a CPU or native-device kernel makes each operator reach the
+// router under its own name (so its route is the one the table names) and skips the detour.
+// Operators with a flagos kernel of their own keep it; composite ones keep decomposing.
+std::unordered_set<std::string>& direct_kernels() {
+  static auto* names = new std::unordered_set<std::string>();
+  return *names;
+}
+
+void register_direct_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
+        torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    const auto native_key = accelerator().native_dispatch_key();
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) {
+        continue;
+      }
+      auto op = dispatcher.findSchema(name);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+          !(op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+            op->hasKernelForDispatchKey(native_key))) {
+        continue;
+      }
+      const auto canonical = canonical_name(name);
+      lib->impl(
+          canonical.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&route_call>());
+      direct_kernels().insert(canonical);
+    }
+  });
+}
+
+} // namespace
+
+bool reaches_router(const std::string& op) {
+  const auto canonical = resolve_name(op, "torch_fl.routing");
+  if (direct_kernels().count(canonical) != 0) {
+    return true;
+  }
+  auto handle = find_op(canonical);
+  // Otherwise only through the catch-all fallback, when no other kernel serves PrivateUse1.
+  for (auto key :
+       {c10::DispatchKey::PrivateUse1,
+        c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+        c10::DispatchKey::CompositeExplicitAutograd,
+        c10::DispatchKey::CompositeImplicitAutograd}) {
+    if (handle->hasKernelForDispatchKey(key)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+OpEntry::OpEntry(const c10::OperatorHandle& handle, std::string canonical_name)
+    : op(handle),
+      name(std::move(canonical_name)),
+      plan(ArgPlan::build(handle.schema())),
+      has_cpu_kernel(handle.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)),
+      has_native_kernel(
+          handle.hasComputedKernelForDispatchKey(accelerator().native_dispatch_key())) {}
+
+const char* route_name(Route route) {
+  return kRouteNames[static_cast<size_t>(route)];
+}
+
+std::optional<Route> route_from_name(const std::string& name) {
+  for (size_t i = 0; i < kNumRoutes; ++i) {
+    if (name == kRouteNames[i]) {
+      return static_cast<Route>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> route_names() {
+  return {std::begin(kRouteNames), std::end(kRouteNames)};
+}
+
+std::string unavailable_reason(Route route) {
+  const std::string accel = accelerator().name();
+  switch (route) {
+    case Route::CpuFallback:
+    case Route::FlagosPython:
+      return "";
+    case Route::Cuda:
+      if (accel == "cpu") {
+        return "route 'cuda' (the vendor's kernels reached zero-copy) needs the cuda or dcu "
+               "accelerator (FLAGOS_ACCELERATOR=cuda|dcu with FLAGOS_BUILD_BOXING=1); this "
+               "build is FLAGOS_ACCELERATOR=cpu, whose native route is cpu_fallback";
+      }
+#ifdef FLAGOS_BUILD_BOXING
+      return "";
+#else
+      return "route 'cuda' needs a build with FLAGOS_BUILD_BOXING=1; this FLAGOS_ACCELERATOR=" +
+          accel + " build has no boxing route (rebuild with it, or use cpu_fallback or "
+          "flagos_python)";
+#endif
+    case Route::FlaggemsCpp:
+      return "route 'flaggems_cpp' needs a build with FLAGOS_BUILD_FLAGGEMS_CPP=1 (the FlagGems "
+             "C++ path), which this build does not have; use flagos_python for FlagGems' "
+             "Python (Triton) kernels";
+  }
+  return "unknown route";
+}
+
+Route default_route() {
+#ifdef FLAGOS_BUILD_BOXING
+  if (is_device_accelerator()) {
+    return Route::Cuda;
+  }
+#endif
+  return Route::CpuFallback;
+}
+
+void set_python_route(PythonRoute route) {
+  g_python_route.store(route, std::memory_order_release);
+}
+
+void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpEntry& e = lookup(op);
+  const auto r = static_cast<Route>(e.route.load(std::memory_order_relaxed));
+  const auto i = static_cast<size_t>(r);
+  e.calls[i].fetch_add(1, std::memory_order_relaxed);
+  if (C10_UNLIKELY(g_log.load(std::memory_order_relaxed) != 0)) {
+    log_call(e, r);
+  }
+  at::RecordFunction guard(at::RecordScope::FUNCTION);
+  if (C10_UNLIKELY(guard.isActive())) {
+    guard.before(kEventNames[i]);
+  }
+  switch (r) {
+    case Route::CpuFallback:
+      run_cpu_fallback(op, e, stack);
+      return;
+    case Route::Cuda:
+      call_native(
+          op, e.plan, stack, accelerator().native_dispatch_key(), Mapping::Alias,
+          e.has_native_kernel);
+      return;
+    case Route::FlagosPython: {
+      auto python = g_python_route.load(std::memory_order_acquire);
+      TORCH_CHECK(python != nullptr, e.name,
+                  " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
+      python(e, stack);
+      return;
+    }
+    case Route::FlaggemsCpp:
+      break;
+  }
+  TORCH_CHECK(false, e.name, ": ", unavailable_reason(r));
+}
+
+std::vector<conf::Entry> parse_table(const std::string& path, bool check_available) {
+  conf::Options options;
+  options.routes = route_names();
+  options.read_file = &conf::read_disk_file;
+  options.check_op = &check_op;
+  std::vector<conf::Entry> entries;
+  try {
+    entries = conf::parse_file(path, options);
+  } catch (const conf::ConfError& err) {
+    TORCH_CHECK(false, "routing table error: ", err.what());
+  }
+  if (check_available) {
+    for (const auto& e : entries) {
+      const auto why = unavailable_reason(*route_from_name(e.route));
+      TORCH_CHECK(why.empty(), "routing table error: ", e.file, ":", e.line, ": ", e.op, " = ",
+                  e.route, ": ", why);
+    }
+  }
+  return entries;
+}
+
+void load(const std::string& path, const std::string& origin) {
+  register_direct_kernels();
+  std::unordered_map<std::string, TableRoute> table;
+  for (const auto& e : parse_table(path, /*check_available=*/true)) {
+    table[e.op] = TableRoute{*route_from_name(e.route), e.file + ":" + std::to_string(e.line)};
+  }
+
+  std::unordered_map<std::string, EnvRoute> env;
+  uint32_t log = 0;
+  bool strict_mode = false;
+  if (const char* v = std::getenv("FLAGOS_LOG")) {
+    log = parse_log(v);
+  }
+  if (const char* v = std::getenv("FLAGOS_STRICT")) {
+    strict_mode = parse_bool("FLAGOS_STRICT", v);
+  }
+  const size_t prefix = std::strlen(kOpEnvPrefix);
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    const std::string item(*p);
+    if (item.compare(0, prefix, kOpEnvPrefix) != 0) {
+      continue;
+    }
+    const auto eq = item.find('=');
+    const std::string variable = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const std::string op = op_from_env_name(variable, variable.substr(prefix));
+    env[op] = EnvRoute{checked_route(value, variable + "=" + value), variable};
+  }
+
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.table = std::move(table);
+  s.env = std::move(env);
+  s.path = path;
+  s.origin = origin;
+  s.loaded = true;
+  g_log.store(log, std::memory_order_relaxed);
+  g_strict.store(strict_mode, std::memory_order_relaxed);
+  for (auto* e : s.all) {
+    s.resolve(*e);
+  }
+}
+
+OpEntry& entry_by_name(const std::string& name) {
+  const auto canonical = resolve_name(name, "torch_fl.routing");
+  auto op = find_op(canonical);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.entry(*op);
+}
+
+void set_override(const std::string& op, const std::optional<std::string>& route) {
+  const auto canonical = resolve_name(op, "torch_fl.routing.set_route");
+  std::optional<Route> r;
+  if (route) {
+    r = checked_route(*route, "torch_fl.routing.set_route(" + canonical + ")");
+  }
+  OpEntry& e = entry_by_name(canonical);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (r) {
+    s.api[canonical] = *r;
+  } else {
+    s.api.erase(canonical);
+  }
+  s.resolve(e);
+}
+
+std::optional<std::string> get_override(const std::string& op) {
+  const auto canonical = resolve_name(op, "torch_fl.routing");
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (auto it = s.api.find(canonical); it != s.api.end()) {
+    return route_name(it->second);
+  }
+  return std::nullopt;
+}
+
+RouteInfo describe(const std::string& op) {
+  OpEntry& e = entry_by_name(op);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  RouteInfo info;
+  info.route = route_name(static_cast<Route>(e.route.load()));
+  switch (static_cast<Origin>(e.origin.load())) {
+    case Origin::Default:
+      info.origin = "default";
+      break;
+    case Origin::Table:
+      info.origin = "table " + s.table.at(e.name).where;
+      break;
+    case Origin::Env:
+      info.origin = "env " + s.env.at(e.name).variable;
+      break;
+    case Origin::Api:
+      info.origin = "api";
+      break;
+  }
+  return info;
+}
+
+TableInfo table_info() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  TableInfo info;
+  info.path = s.path;
+  info.origin = s.origin;
+  info.loaded = s.loaded;
+  info.default_route = route_name(default_route());
+  for (const auto& [op, r] : s.table) {
+    info.table[op] = route_name(r.route);
+  }
+  for (const auto& [op, r] : s.env) {
+    info.env_overrides[op] = std::string(route_name(r.route)) + " (" + r.variable + ")";
+  }
+  for (const auto& [op, r] : s.api) {
+    info.api_overrides[op] = route_name(r);
+  }
+  return info;
+}
+
+std::map<std::string, std::map<std::string, uint64_t>> stats() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::map<std::string, std::map<std::string, uint64_t>> out;
+  for (auto* e : s.all) {
+    for (size_t i = 0; i < kNumRoutes; ++i) {
+      if (auto n = e->calls[i].load(std::memory_order_relaxed); n != 0) {
+        out[e->name][kRouteNames[i]] = n;
+      }
+    }
+  }
+  return out;
+}
+
+void reset_stats() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (auto* e : s.all) {
+    for (auto& c : e->calls) {
+      c.store(0, std::memory_order_relaxed);
+    }
+  }
+}
+
+void set_strict(bool value) {
+  g_strict.store(value, std::memory_order_relaxed);
+}
+
+bool strict() {
+  return g_strict.load(std::memory_order_relaxed);
+}
+
+void set_log_flags(uint32_t flags) {
+  g_log.store(flags, std::memory_order_relaxed);
+}
+
+uint32_t log_flags() {
+  return g_log.load(std::memory_order_relaxed);
+}
+
+void set_force_copy_fallback(bool force) {
+  g_force_copy.store(force, std::memory_order_relaxed);
+}
+
+bool force_copy_fallback() {
+  return g_force_copy.load(std::memory_order_relaxed);
+}
+
+std::vector<std::string> routed_operators() {
+  std::vector<std::string> out(direct_kernels().begin(), direct_kernels().end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::map<std::string, uint64_t> route_counts() {
+  const auto ops = routed_operators();
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::map<std::string, uint64_t> out;
+  for (const auto& op : ops) {
+    out[route_name(s.resolve(op).first)] += 1;
+  }
+  return out;
+}
+
+std::vector<OpEntry*> entries() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.all;
+}
+
+} // namespace torch_fl::routing

@@ -1,0 +1,131 @@
+#pragma once
+
+#include "macros.h"
+
+// The per-operator router: the PrivateUse1 boxed fallback asks it which implementation runs an
+// operator, and it runs it.
+//
+// A route is resolved once per operator, in this order: a run-time override from Python
+// (torch_fl.routing.set_route), an environment override (FLAGOS_OP_<name>), the routing table
+// (torch_fl/configs/backends_<accelerator>.conf or FLAGOS_BACKEND_CONFIG), the accelerator's
+// default route. The result lives in the operator's OpEntry; a thread-local cache maps the
+// dispatcher's operator to its entry, so a call costs one small hash probe, one relaxed atomic
+// load of the route and one relaxed counter increment: no string, no allocation, no lock.
+
+#include "aten/aliased_call.h"
+#include "aten/routing/conf_parser.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_fl::routing {
+
+enum class Route : uint8_t { CpuFallback = 0, Cuda = 1, FlagosPython = 2, FlaggemsCpp = 3 };
+constexpr size_t kNumRoutes = 4;
+
+FLAGOS_API const char* route_name(Route route);
+FLAGOS_API std::optional<Route> route_from_name(const std::string& name);
+FLAGOS_API std::vector<std::string> route_names();
+// Empty when this build can run the route; else why not (naming the build switch or
+// accelerator that provides it).
+FLAGOS_API std::string unavailable_reason(Route route);
+FLAGOS_API Route default_route();
+
+// Where an operator's route came from.
+enum class Origin : uint8_t { Default = 0, Table = 1, Env = 2, Api = 3 };
+
+struct FLAGOS_API OpEntry {
+  OpEntry(const c10::OperatorHandle& handle, std::string canonical_name);
+
+  c10::OperatorHandle op;
+  const std::string name; // "aten::add.Tensor"
+  const ArgPlan plan;
+  const bool has_cpu_kernel;
+  const bool has_native_kernel;
+  std::atomic<uint8_t> route{0};
+  std::atomic<uint8_t> origin{0};
+  std::array<std::atomic<uint64_t>, kNumRoutes> calls{};
+  std::array<std::atomic<bool>, kNumRoutes> logged{};
+  std::atomic<bool> fallback_warned{false};
+  // A PyObject* (strong reference) for the flagos_python route, owned by the Python bindings.
+  std::atomic<void*> python_kernel{nullptr};
+};
+
+// The flagos_python route, installed by the Python bindings (the core does not link Python).
+using PythonRoute = void (*)(OpEntry& entry, torch::jit::Stack* stack);
+FLAGOS_API void set_python_route(PythonRoute route);
+
+// The hot path: runs `op` through its route.
+FLAGOS_API void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// ---- configuration (all throw c10::Error with a message naming file, line or variable) ----
+
+// Parses a table, checking operator names against the installed torch and, when
+// `check_available`, that this build can run every route. Does not change the router.
+FLAGOS_API std::vector<conf::Entry> parse_table(const std::string& path, bool check_available);
+
+// Loads the table in force, FLAGOS_OP_* overrides, FLAGOS_LOG and FLAGOS_STRICT. `origin`
+// says how the path was chosen (for torch_fl.info).
+FLAGOS_API void load(const std::string& path, const std::string& origin);
+
+// The entry of an operator named as in a table ("add.Tensor", "aten::relu"); throws if it
+// does not exist in the installed torch.
+FLAGOS_API OpEntry& entry_by_name(const std::string& name);
+
+// Sets (or with nullopt clears) the run-time override of one operator.
+FLAGOS_API void set_override(const std::string& op, const std::optional<std::string>& route);
+FLAGOS_API std::optional<std::string> get_override(const std::string& op);
+
+struct RouteInfo {
+  std::string route;
+  std::string origin; // "default", "table <file>:<line>", "env FLAGOS_OP_x", "api"
+};
+FLAGOS_API RouteInfo describe(const std::string& op);
+
+struct TableInfo {
+  std::string path;
+  std::string origin;
+  bool loaded = false;
+  std::string default_route;
+  std::map<std::string, std::string> table;         // op -> route, as the table says
+  std::map<std::string, std::string> env_overrides; // op -> "route (VAR)"
+  std::map<std::string, std::string> api_overrides; // op -> route
+};
+FLAGOS_API TableInfo table_info();
+
+// op -> route -> calls, for every (op, route) that ran at least once.
+FLAGOS_API std::map<std::string, std::map<std::string, uint64_t>> stats();
+FLAGOS_API void reset_stats();
+
+FLAGOS_API void set_strict(bool strict);
+FLAGOS_API bool strict();
+
+enum LogFlags : uint32_t { kLogDispatch = 1, kLogDispatchAll = 2, kLogFallback = 4 };
+FLAGOS_API void set_log_flags(uint32_t flags);
+FLAGOS_API uint32_t log_flags();
+
+// Test hook: makes cpu_fallback use host copies (the variant a device accelerator runs) on the
+// cpu accelerator too, so its code, FLAGOS_LOG=fallback and strict mode can be tested here.
+FLAGOS_API void set_force_copy_fallback(bool force);
+FLAGOS_API bool force_copy_fallback();
+
+// Whether calls of `op` on flagos reach the router (false when a flagos kernel of its own or a
+// composite kernel serves it, so a route named for it has no effect).
+FLAGOS_API bool reaches_router(const std::string& op);
+
+// Operators registered to reach the router under their own name (aten operators with a CPU
+// or native-device kernel and no flagos kernel of their own), and how many each route serves.
+FLAGOS_API std::vector<std::string> routed_operators();
+FLAGOS_API std::map<std::string, uint64_t> route_counts();
+
+// Every entry created so far (for the Python side; entries live for the process).
+FLAGOS_API std::vector<OpEntry*> entries();
+
+} // namespace torch_fl::routing

@@ -1,0 +1,200 @@
+// Python bindings of the router (torch_fl.routing) and the flagos_python route: the C++ router
+// calls a registered Python callable with the operator's arguments as zero-copy native
+// tensors, holding the GIL only for the call.
+
+#include "aten/aliased_call.h"
+#include "aten/routing/router.h"
+
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+namespace torch_fl {
+namespace {
+
+using routing::OpEntry;
+
+// Re-raises the Python exception of a kernel as the same type with the operator named; the
+// original becomes its __cause__. Falls back to the original when the type cannot be built
+// from a message.
+[[noreturn]] void rethrow_named(py::error_already_set& err, const std::string& op) {
+  py::object type = err.type();
+  py::object value = err.value();
+  const std::string message =
+      op + " (flagos_python route): " + py::str(value).cast<std::string>();
+  py::str text(message);
+  PyObject* fresh = PyObject_CallOneArg(type.ptr(), text.ptr());
+  if (fresh == nullptr || PyObject_IsInstance(fresh, type.ptr()) != 1) {
+    Py_XDECREF(fresh);
+    PyErr_Clear();
+    throw;
+  }
+  PyException_SetCause(fresh, value.release().ptr());
+  PyErr_SetObject(type.ptr(), fresh);
+  Py_DECREF(fresh);
+  throw py::error_already_set();
+}
+
+void python_route(OpEntry& e, torch::jit::Stack* stack) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      e.python_kernel.load(std::memory_order_acquire) != nullptr,
+      e.name,
+      " is routed to flagos_python, but no Python kernel is registered for it; register one "
+      "with torch_fl.routing.register_python_kernel('",
+      e.name,
+      "', fn) or route it elsewhere (torch_fl.routing.set_route, FLAGOS_OP_<name>)");
+  const c10::OperatorHandle& op = e.op;
+  const auto& schema = op.schema();
+  PreparedCall call;
+  prepare_call(op, e.plan, stack, Mapping::Alias, call);
+  {
+    py::gil_scoped_acquire gil;
+    auto fn = py::reinterpret_borrow<py::object>(
+        static_cast<PyObject*>(e.python_kernel.load(std::memory_order_acquire)));
+    const auto& args = schema.arguments();
+    const size_t begin = stack->size() - args.size();
+    size_t positional = 0;
+    for (const auto& a : args) {
+      positional += a.kwarg_only() ? 0 : 1;
+    }
+    py::tuple py_args(positional);
+    py::dict py_kwargs;
+    for (size_t i = 0, p = 0; i < args.size(); ++i) {
+      auto obj = torch::jit::toPyObject(std::move((*stack)[begin + i]));
+      if (args[i].kwarg_only()) {
+        py_kwargs[py::str(args[i].name())] = std::move(obj);
+      } else {
+        py_args[p++] = std::move(obj);
+      }
+    }
+    torch::jit::drop(*stack, args.size());
+
+    py::object result;
+    try {
+      result = fn(*py_args, **py_kwargs);
+    } catch (py::error_already_set& err) {
+      rethrow_named(err, e.name);
+    }
+
+    const auto& returns = schema.returns();
+    auto convert = [&](py::handle value, size_t r) -> c10::IValue {
+      if (e.plan.returns_arg[r] >= 0) {
+        return c10::IValue(); // the caller's own tensor replaces it in finish_call
+      }
+      try {
+        return torch::jit::toIValue(value, returns[r].type());
+      } catch (const std::exception& ex) {
+        TORCH_CHECK_TYPE(false, e.name, " (flagos_python route): the Python kernel returned ",
+                         py::str(py::type::of(value)).cast<std::string>(), " for result ", r,
+                         ", expected ", returns[r].type()->str(), ": ", ex.what());
+      }
+    };
+    if (returns.size() == 1) {
+      stack->push_back(convert(result, 0));
+    } else if (returns.size() > 1) {
+      TORCH_CHECK_TYPE(
+          py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result),
+          e.name, " (flagos_python route): the Python kernel must return a tuple of ",
+          returns.size(), " results, got ", py::str(py::type::of(result)).cast<std::string>());
+      auto seq = py::reinterpret_borrow<py::sequence>(result);
+      TORCH_CHECK_TYPE(
+          seq.size() == returns.size(), e.name,
+          " (flagos_python route): the Python kernel returned ", seq.size(),
+          " results, expected ", returns.size());
+      for (size_t r = 0; r < returns.size(); ++r) {
+        stack->push_back(convert(seq[r], r));
+      }
+    }
+  }
+  finish_call(op, e.plan, stack, call);
+}
+
+void register_python_kernel(const std::string& op, py::object fn) {
+  OpEntry& e = routing::entry_by_name(op);
+  TORCH_CHECK_TYPE(fn.is_none() || PyCallable_Check(fn.ptr()),
+                   "register_python_kernel(", e.name, "): the kernel must be callable, got ",
+                   py::str(py::type::of(fn)).cast<std::string>());
+  PyObject* fresh = fn.is_none() ? nullptr : fn.inc_ref().ptr();
+  auto* old = static_cast<PyObject*>(e.python_kernel.exchange(fresh, std::memory_order_acq_rel));
+  Py_XDECREF(old); // calls read the kernel under the GIL too, so none is using it now
+}
+
+py::object python_kernel(const std::string& op) {
+  OpEntry& e = routing::entry_by_name(op);
+  auto* k = static_cast<PyObject*>(e.python_kernel.load(std::memory_order_acquire));
+  return k == nullptr ? py::none() : py::reinterpret_borrow<py::object>(k);
+}
+
+py::list python_kernel_ops() {
+  py::list out;
+  for (auto* e : routing::entries()) {
+    if (e->python_kernel.load(std::memory_order_acquire) != nullptr) {
+      out.append(e->name);
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+void init_routing_bindings(py::module_& m) {
+  routing::set_python_route(&python_route);
+
+  m.def("_routing_load", &routing::load, py::arg("path"), py::arg("origin"));
+  m.def(
+      "_routing_parse_table",
+      [](const std::string& path, bool check_available) {
+        py::list out;
+        for (const auto& e : routing::parse_table(path, check_available)) {
+          out.append(py::make_tuple(e.op, e.route, e.file, e.line));
+        }
+        return out;
+      },
+      py::arg("path"),
+      py::arg("check_available") = true);
+  m.def("_routing_set_route", &routing::set_override, py::arg("op"), py::arg("route"));
+  m.def("_routing_get_override", &routing::get_override);
+  m.def("_routing_describe", [](const std::string& op) {
+    auto info = routing::describe(op);
+    return py::make_tuple(info.route, info.origin);
+  });
+  m.def("_routing_canonical_name", [](const std::string& op) {
+    return routing::entry_by_name(op).name;
+  });
+  m.def("_routing_table_info", [] {
+    auto info = routing::table_info();
+    py::dict d;
+    d["path"] = info.path;
+    d["origin"] = info.origin;
+    d["loaded"] = info.loaded;
+    d["default_route"] = info.default_route;
+    d["table"] = info.table;
+    d["env_overrides"] = info.env_overrides;
+    d["api_overrides"] = info.api_overrides;
+    return d;
+  });
+  m.def("_routing_stats", &routing::stats);
+  m.def("_routing_route_counts", &routing::route_counts);
+  m.def("_routing_routed_operators", &routing::routed_operators);
+  m.def("_routing_reaches_router", &routing::reaches_router);
+  m.def("_routing_reset_stats", &routing::reset_stats);
+  m.def("_routing_set_strict", &routing::set_strict);
+  m.def("_routing_strict", &routing::strict);
+  m.def("_routing_set_log_flags", &routing::set_log_flags);
+  m.def("_routing_log_flags", &routing::log_flags);
+  m.def("_routing_set_force_copy_fallback", &routing::set_force_copy_fallback);
+  m.def("_routing_force_copy_fallback", &routing::force_copy_fallback);
+  m.def("_routing_route_names", &routing::route_names);
+  m.def("_routing_default_route", [] { return std::string(routing::route_name(routing::default_route())); });
+  m.def("_routing_unavailable_reason", [](const std::string& route) {
+    auto r = routing::route_from_name(route);
+    TORCH_CHECK(r.has_value(), "unknown route '", route, "'");
+    return routing::unavailable_reason(*r);
+  });
+  m.def("_routing_register_python_kernel", &register_python_kernel);
+  m.def("_routing_python_kernel", &python_kernel);
+  m.def("_routing_python_kernel_ops", &python_kernel_ops);
+}
+
+} // namespace torch_fl

@@ -1,0 +1,155 @@
+// Zero-copy re-labelling between flagos and native tensors (csrc/aten/alias.h), and one
+// operator call through the aliasing fallback.
+
+#include "aten/alias.h"
+#include "helpers.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <gtest/gtest.h>
+
+namespace torch_fl::testing {
+namespace {
+
+at::TensorOptions on_flagos(c10::DeviceIndex index) {
+  return at::TensorOptions().device(flagos(index)).dtype(at::kFloat);
+}
+
+at::Tensor filled_flagos(c10::DeviceIndex index) {
+  return at::arange(24, at::TensorOptions().dtype(at::kFloat)).to(flagos(index));
+}
+
+TEST(NativeAlias, SharesMemoryAndMetadata) {
+  at::Tensor f = filled_flagos(1).view({4, 6}).slice(1, 1, 5); // strided, offset 1
+  at::Tensor n = native_alias(f);
+  EXPECT_EQ(n.device(), c10::Device(c10::kCPU));
+  EXPECT_EQ(n.data_ptr(), f.data_ptr());
+  EXPECT_EQ(n.sizes(), f.sizes());
+  EXPECT_EQ(n.strides(), f.strides());
+  EXPECT_EQ(n.storage_offset(), f.storage_offset());
+  EXPECT_EQ(n.dtype(), f.dtype());
+  EXPECT_NE(n.unsafeGetTensorImpl(), f.unsafeGetTensorImpl()); // a new TensorImpl
+  EXPECT_EQ(f.device(), flagos(1));                            // the caller's tensor is untouched
+  // Writes through the alias are writes to the flagos memory.
+  n.fill_(-1.0f);
+  at::Tensor back = f.cpu();
+  EXPECT_TRUE(at::equal(back, at::full({4, 4}, -1.0f)));
+}
+
+TEST(NativeAlias, KeepsTheFlagosStorageAlive) {
+  at::Tensor n;
+  c10::StorageImpl* origin = nullptr;
+  {
+    at::Tensor f = filled_flagos(0);
+    origin = f.storage().unsafeGetStorageImpl();
+    n = native_alias(f);
+    EXPECT_EQ(f.storage().use_count(), 2u); // the tensor and the alias's DataPtr
+  }
+  const auto allocated = allocated_bytes(0);
+  EXPECT_GT(allocated, 0); // still held by the alias
+  EXPECT_FLOAT_EQ(n[23].item<float>(), 23.0f);
+  n.reset();
+  EXPECT_EQ(allocated_bytes(0), allocated - 512); // 24 floats, one 512-byte block
+}
+
+TEST(NativeAlias, AliasStorageIsRecognised) {
+  at::Tensor f = filled_flagos(0);
+  at::Tensor n = native_alias(f);
+  EXPECT_TRUE(is_native_alias_storage(n.storage()));
+  EXPECT_FALSE(is_native_alias_storage(f.storage()));
+  EXPECT_FALSE(is_native_alias_storage(at::ones({3}).storage()));
+  // Only resizable aliases carry an allocator a kernel may grow them with.
+  EXPECT_FALSE(n.storage().resizable());
+  EXPECT_TRUE(native_alias(f, /*resizable=*/true).storage().resizable());
+}
+
+TEST(FlagosFromNative, ViewOfAnAliasMapsBackToTheOriginalStorage) {
+  at::Tensor f = filled_flagos(1);
+  at::Tensor n = native_alias(f).view({4, 6}).transpose(0, 1).slice(0, 2, 4);
+  at::Tensor back = flagos_from_native(n, 1);
+  EXPECT_EQ(back.device(), flagos(1));
+  EXPECT_EQ(back.storage().unsafeGetStorageImpl(), f.storage().unsafeGetStorageImpl());
+  EXPECT_TRUE(back.storage().is_alias_of(f.storage()));
+  EXPECT_EQ(back.sizes(), n.sizes());
+  EXPECT_EQ(back.strides(), n.strides());
+  EXPECT_EQ(back.storage_offset(), n.storage_offset());
+  EXPECT_EQ(back.data_ptr(), n.data_ptr());
+}
+
+TEST(FlagosFromNative, FreshNativeMemoryIsAdoptedWithoutCopy) {
+  const auto before = allocated_bytes(1);
+  at::Tensor back;
+  void* ptr = nullptr;
+  {
+    at::Tensor n = at::arange(100, at::TensorOptions().dtype(at::kFloat)) * 2;
+    ptr = n.data_ptr();
+    StorageRelabeler relabeler(1);
+    back = flagos_from_native(std::move(n), relabeler);
+  }
+  EXPECT_EQ(back.device(), flagos(1));
+  EXPECT_EQ(back.data_ptr(), ptr);
+  EXPECT_EQ(allocated_bytes(1) - before, 400); // adopted: accounted on flagos:1
+  EXPECT_TRUE(at::equal(back.cpu(), at::arange(100, at::TensorOptions().dtype(at::kFloat)) * 2));
+  back.reset();
+  EXPECT_EQ(allocated_bytes(1), before);
+}
+
+TEST(FlagosFromNative, ResultsSharingANativeStorageShareOneFlagosStorage) {
+  at::Tensor n = at::arange(10, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor a = n.slice(0, 0, 5);
+  at::Tensor b = n.slice(0, 5, 10);
+  n.reset();
+  StorageRelabeler relabeler(0);
+  at::Tensor fa = flagos_from_native(a, relabeler);
+  at::Tensor fb = flagos_from_native(b, relabeler);
+  EXPECT_EQ(fa.storage().unsafeGetStorageImpl(), fb.storage().unsafeGetStorageImpl());
+  EXPECT_EQ(fb.storage_offset(), 5);
+  EXPECT_TRUE(at::equal(fb.cpu(), at::arange(5, 10, at::TensorOptions().dtype(at::kFloat))));
+}
+
+TEST(FlagosFromNative, ConjugateBitIsCarried) {
+  at::Tensor n = at::ones({3}, at::TensorOptions().dtype(at::kComplexFloat)).conj();
+  ASSERT_TRUE(n.is_conj());
+  at::Tensor back = flagos_from_native(n, 0);
+  EXPECT_TRUE(back.is_conj());
+  EXPECT_TRUE(native_alias(back).is_conj());
+}
+
+TEST(SyncFromAlias, GrowthOfAResizableAliasReachesTheCaller) {
+  at::Tensor f = at::empty({2}, on_flagos(0));
+  at::Tensor view = f.view({2});
+  at::Tensor n = native_alias(f, /*resizable=*/true);
+  n.resize_({50});
+  n.fill_(3.0f);
+  void* grown = n.data_ptr();
+  sync_from_alias(f, n); // moves the alias's new memory into f's storage
+  EXPECT_EQ(f.sizes(), c10::IntArrayRef({50}));
+  EXPECT_EQ(f.data_ptr(), grown);
+  EXPECT_EQ(f.device(), flagos(0));
+  EXPECT_EQ(view.storage().nbytes(), 50 * sizeof(float)); // every view shares the growth
+  EXPECT_TRUE(at::equal(f.cpu(), at::full({50}, 3.0f)));
+}
+
+TEST(AliasedFallback, OperatorsRunOnAliasesAndReturnFlagosTensors) {
+  at::Tensor a = filled_flagos(1);
+  at::Tensor b = at::ones({24}, on_flagos(1));
+  at::Tensor c = at::add(a, b, 2);
+  EXPECT_EQ(c.device(), flagos(1));
+  EXPECT_TRUE(at::equal(c.cpu(), at::arange(24, at::TensorOptions().dtype(at::kFloat)) + 2));
+  // In-place results are the caller's own tensor.
+  at::Tensor& same = a.mul_(2);
+  EXPECT_EQ(same.unsafeGetTensorImpl(), a.unsafeGetTensorImpl());
+  EXPECT_FLOAT_EQ(a[3].item<float>(), 6.0f);
+}
+
+TEST(AliasedFallback, MixedDevicesAreRejected) {
+  at::Tensor a = at::ones({4}, on_flagos(0));
+  at::Tensor b = at::ones({4}, on_flagos(1));
+  EXPECT_THROW(at::add(a, b), c10::Error);
+  EXPECT_THROW(at::add(a, at::ones({4})), c10::Error);
+  EXPECT_NO_THROW(at::add(a, at::ones({}))); // 0-dim CPU tensors may join
+}
+
+} // namespace
+} // namespace torch_fl::testing

@@ -1,0 +1,303 @@
+"""Routing tables: grammar, errors at load, shipped tables, FLAGOS_* variables read at import."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl import routing
+
+ROOT = Path(torch_fl.__file__).resolve().parent.parent
+CONFIGS = Path(torch_fl.__file__).resolve().parent / "configs"
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter importing this checkout's torch_fl."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("FLAGOS_OP_", "FLAGOS_LOG"))}
+    full.pop("FLAGOS_BACKEND_CONFIG", None)
+    full.pop("FLAGOS_STRICT", None)
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), full.get("PYTHONPATH", "")])
+    full.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=ROOT,
+        timeout=240,
+    )
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# ---- grammar ----
+
+
+def test_lines_comments_includes_and_later_lines_win(tmp_path):
+    write(tmp_path, "sub/base.conf", "relu = flagos_python\nmm = flagos_python\n")
+    main = write(
+        tmp_path,
+        "main.conf",
+        """
+        # a comment line
+        include sub/base.conf   # relative to this file
+        add.Tensor = flagos_python
+        aten::mul.Tensor=cpu_fallback
+        relu.default = cpu_fallback  # later lines win
+        """,
+    )
+    entries = routing.parse_table(main)
+    ops = [(op, route) for op, route, _, _ in entries]
+    assert ops == [
+        ("aten::relu", "flagos_python"),
+        ("aten::mm", "flagos_python"),
+        ("aten::add.Tensor", "flagos_python"),
+        ("aten::mul.Tensor", "cpu_fallback"),
+        ("aten::relu", "cpu_fallback"),
+    ]
+    assert entries[0][2].endswith("sub/base.conf") and entries[0][3] == 1
+    assert entries[-1][3] == 6
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("add.Tensor cpu_fallback", "malformed line"),
+        ("add.Tensor = = cuda", "malformed line"),
+        ("add..Tensor = cpu_fallback", "malformed operator name"),
+        ("= cpu_fallback", "malformed operator name"),
+        ("add.Tensor = gpu", "unknown route 'gpu'; valid routes: cpu_fallback, cuda, "),
+        ("add.Tensor =", "unknown route ''"),
+        ("no_such_op.Tensor = cpu_fallback", "has no operator 'aten::no_such_op'"),
+        ("add.NoSuchOverload = cpu_fallback", "overloads of aten::add: Scalar, Scalar_out,"),
+        ("include", "malformed include"),
+    ],
+)
+def test_errors_name_file_line_text_and_choices(tmp_path, line, expected):
+    path = write(tmp_path, "bad.conf", f"# header\nrelu = cpu_fallback\n{line}\n")
+    with pytest.raises(RuntimeError) as err:
+        routing.parse_table(path)
+    message = str(err.value)
+    assert f"{path}:3:" in message
+    assert expected in message
+    assert f"3 | {line}" in message
+
+
+def test_include_cycle_is_an_error(tmp_path):
+    write(tmp_path, "a.conf", "include b.conf\n")
+    write(tmp_path, "b.conf", "relu = cpu_fallback\ninclude a.conf\n")
+    with pytest.raises(RuntimeError, match=r"b\.conf:2: include cycle: .*a\.conf -> .*b\.conf -> "):
+        routing.parse_table(tmp_path / "a.conf")
+
+
+def test_missing_include_is_an_error(tmp_path):
+    path = write(tmp_path, "main.conf", "include nowhere.conf\n")
+    with pytest.raises(RuntimeError, match=r"main\.conf:1: cannot read included file .*nowhere"):
+        routing.parse_table(path)
+
+
+def test_include_depth_is_limited(tmp_path):
+    for i in range(12):
+        write(tmp_path, f"d{i}.conf", f"include d{i + 1}.conf\n")
+    write(tmp_path, "d12.conf", "relu = cpu_fallback\n")
+    with pytest.raises(RuntimeError, match="includes nested deeper than 8 files"):
+        routing.parse_table(tmp_path / "d0.conf")
+
+
+def test_missing_table_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="cannot read routing table"):
+        routing.parse_table(tmp_path / "absent.conf")
+
+
+def test_unavailable_routes_name_the_switch(tmp_path):
+    path = write(tmp_path, "t.conf", "relu = flaggems_cpp\n")
+    with pytest.raises(
+        RuntimeError, match=r"t\.conf:1: aten::relu = flaggems_cpp: .*FLAGOS_BUILD_FLAGGEMS_CPP=1"
+    ):
+        routing.parse_table(path)
+    # Names are still valid: the parse-only mode accepts the line.
+    assert routing.parse_table(path, check_available=False)[0][:2] == ("aten::relu", "flaggems_cpp")
+
+
+@pytest.mark.skipif(torch_fl.build_config.ACCELERATOR != "cpu", reason="cpu accelerator build")
+def test_cuda_route_on_cpu_accelerator_names_the_accelerator(tmp_path):
+    path = write(tmp_path, "t.conf", "mm = cuda\n")
+    with pytest.raises(
+        RuntimeError, match="needs the cuda or dcu accelerator.*FLAGOS_ACCELERATOR=cpu"
+    ):
+        routing.parse_table(path)
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "dcu", "flaggems"])
+def test_shipped_tables_are_valid(name):
+    path = CONFIGS / f"backends_{name}.conf"
+    assert path.is_file()
+    entries = routing.parse_table(path, check_available=False)
+    if name == "dcu":
+        pinned = {op for op, route, _, _ in entries if route == "cuda"}
+        assert pinned == {
+            "aten::silu_backward",
+            "aten::slice_backward",
+            "aten::_conj",
+            "aten::relu",
+            "aten::relu_",
+            "aten::mm",
+            "aten::bmm",
+            "aten::mse_loss",
+            "aten::transpose.int",
+        }
+
+
+def test_table_in_force_follows_the_build_record():
+    table = routing.active_table()
+    assert table["loaded"]
+    assert Path(table["path"]) == routing.table_path_for(torch_fl.build_config)
+    assert "build record" in table["origin"]
+
+
+def test_table_choice_by_accelerator():
+    class Record:
+        ACCELERATOR = "cuda"
+        BUILD_FLAGGEMS = True
+
+    assert routing.table_path_for(Record).name == "backends_flaggems.conf"
+    Record.BUILD_FLAGGEMS = False
+    assert routing.table_path_for(Record).name == "backends_cuda.conf"
+    Record.ACCELERATOR = "dcu"
+    assert routing.table_path_for(Record).name == "backends_dcu.conf"
+
+
+# ---- at import (fresh interpreters) ----
+
+
+def test_backend_config_variable_selects_a_table(tmp_path):
+    path = write(tmp_path, "exp.conf", "relu = flagos_python\n")
+    r = run_python(
+        """
+        import torch_fl
+        from torch_fl import routing
+        t = routing.active_table()
+        print(t["path"], t["origin"], routing.get_route("relu"), routing.route_origin("relu"))
+        """,
+        FLAGOS_BACKEND_CONFIG=str(path),
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"{path} FLAGOS_BACKEND_CONFIG flagos_python table {path}:1" in r.stdout
+
+
+def test_bad_table_fails_the_import(tmp_path):
+    path = write(tmp_path, "exp.conf", "relu = cpu_fallback\nrelu = warp_drive\n")
+    r = run_python("import torch_fl", FLAGOS_BACKEND_CONFIG=str(path))
+    assert r.returncode != 0
+    assert f"{path}:2: unknown route 'warp_drive'" in r.stderr
+    assert "relu = warp_drive" in r.stderr
+
+
+def test_env_overrides_listed_or_not(tmp_path):
+    path = write(tmp_path, "exp.conf", "mul.Tensor = flagos_python\n")
+    r = run_python(
+        """
+        import torch_fl
+        from torch_fl import routing
+        for op in ["add.Tensor", "mul.Tensor", "_foreach_add_.List", "__and__.Tensor", "relu"]:
+            print(op, routing.get_route(op), routing.route_origin(op))
+        """,
+        FLAGOS_BACKEND_CONFIG=str(path),
+        FLAGOS_OP_add__Tensor="flagos_python",
+        FLAGOS_OP_mul__Tensor="cpu_fallback",
+        FLAGOS_OP__foreach_add___List="flagos_python",
+        FLAGOS_OP___and____Tensor="flagos_python",
+        FLAGOS_OP_relu="flagos_python",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "add.Tensor flagos_python env FLAGOS_OP_add__Tensor"
+    assert lines[1] == "mul.Tensor cpu_fallback env FLAGOS_OP_mul__Tensor"
+    assert lines[2] == "_foreach_add_.List flagos_python env FLAGOS_OP__foreach_add___List"
+    assert lines[3] == "__and__.Tensor flagos_python env FLAGOS_OP___and____Tensor"
+    assert lines[4] == "relu flagos_python env FLAGOS_OP_relu"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"FLAGOS_OP_add__Tensor": "gpu"}, "FLAGOS_OP_add__Tensor=gpu: unknown route 'gpu'; valid"),
+        (
+            {"FLAGOS_OP_add__Tensor": "flaggems_cpp"},
+            "FLAGOS_OP_add__Tensor=flaggems_cpp: route "
+            "'flaggems_cpp' needs a build with FLAGOS_BUILD_FLAGGEMS_CPP=1",
+        ),
+        ({"FLAGOS_OP_no_such_op": "cpu_fallback"}, "FLAGOS_OP_no_such_op: 'no_such_op' names no"),
+        (
+            {"FLAGOS_LOG": "dispatch,verbose"},
+            "FLAGOS_LOG='dispatch,verbose': unknown value 'verbose'",
+        ),
+        ({"FLAGOS_STRICT": "maybe"}, "FLAGOS_STRICT='maybe' is not a boolean"),
+    ],
+)
+def test_bad_variables_are_errors_naming_them(monkeypatch, env, expected):
+    # The same load that `import torch_fl` runs, in this process: it reads every variable and
+    # fails before changing anything.
+    table = routing.active_table()
+    before = (torch_fl._C._routing_log_flags(), bool(routing.strict(None)), routing.overrides())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError) as err:
+        torch_fl._C._routing_load(table["path"], table["origin"])
+    assert expected in str(err.value)
+    after = (torch_fl._C._routing_log_flags(), bool(routing.strict(None)), routing.overrides())
+    assert after == before
+
+
+def test_bad_variable_fails_the_import():
+    r = run_python("import torch_fl", FLAGOS_OP_add__Tensor="gpu")
+    assert r.returncode != 0
+    assert "FLAGOS_OP_add__Tensor=gpu: unknown route 'gpu'; valid routes: " in r.stderr
+
+
+def test_dispatch_log_once_and_every_call():
+    code = """
+        import torch, torch_fl
+        a = torch.ones(4, device="flagos")
+        for _ in range(3):
+            b = a + a
+        """
+    r = run_python(code, FLAGOS_LOG="dispatch")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[flagos dispatch] aten::add.Tensor -> cpu_fallback") == 1
+    r = run_python(code, FLAGOS_LOG="dispatch_all")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("[flagos dispatch] aten::add.Tensor -> cpu_fallback") == 3
+
+
+def test_strict_variable_is_read_at_import():
+    r = run_python("import torch_fl; print(bool(torch_fl.routing.strict(None)))", FLAGOS_STRICT="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True"
+
+
+def test_info_command():
+    r = run_python(
+        "import runpy; runpy.run_module('torch_fl.info', run_name='__main__')",
+        FLAGOS_OP_relu="flagos_python",
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert f"ACCELERATOR = {torch_fl.build_config.ACCELERATOR!r}" in out
+    assert f"devices: {torch.flagos.device_count()}" in out
+    assert f"routing table: {routing.table_path_for(torch_fl.build_config)}" in out
+    assert "operators per route" in out
+    assert "flagos_python: 1" in out
+    assert "aten::relu -> flagos_python (FLAGOS_OP_relu)" in out

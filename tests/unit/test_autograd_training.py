@@ -1,0 +1,168 @@
+"""A small MLP trains on flagos exactly as it trains on CPU, step by step."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(8, 16),
+        nn.ReLU(),
+        nn.Linear(16, 16),
+        nn.Tanh(),
+        nn.LayerNorm(16),
+        nn.Linear(16, 3),
+    )
+
+
+def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(42)
+    return [
+        (torch.randn(12, 8, generator=g), torch.randint(0, 3, (12,), generator=g)) for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        lambda p: torch.optim.Adam(p, lr=0.01),
+        lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, foreach=False),
+    ],
+    ids=["sgd_momentum", "adam", "adamw_loop"],
+)
+def test_mlp_training_matches_cpu_step_by_step(make_opt) -> None:
+    cpu_model = make_model()
+    dev_model = copy.deepcopy(cpu_model).to("flagos")
+    cpu_opt = make_opt(cpu_model.parameters())
+    dev_opt = make_opt(dev_model.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+
+    for step, (x, y) in enumerate(batches(5)):
+        cpu_opt.zero_grad()
+        dev_opt.zero_grad()
+        cpu_loss = loss_fn(cpu_model(x), y)
+        dev_loss = loss_fn(dev_model(x.to("flagos")), y.to("flagos"))
+        assert dev_loss.device.type == "flagos"
+        torch.testing.assert_close(dev_loss.cpu(), cpu_loss, msg=f"loss at step {step}")
+        cpu_loss.backward()
+        dev_loss.backward()
+        for (name, p_cpu), p_dev in zip(
+            cpu_model.named_parameters(), dev_model.parameters(), strict=True
+        ):
+            assert p_dev.grad is not None and p_dev.grad.device == p_dev.device
+            torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, msg=f"grad {name} step {step}")
+        cpu_opt.step()
+        dev_opt.step()
+        for (name, p_cpu), p_dev in zip(
+            cpu_model.named_parameters(), dev_model.parameters(), strict=True
+        ):
+            torch.testing.assert_close(
+                p_dev.detach().cpu(), p_cpu.detach(), msg=f"{name} step {step}"
+            )
+    for state in dev_opt.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                assert value.device.type == "flagos"
+
+
+def test_loss_decreases_on_flagos() -> None:
+    model = make_model(1).to("flagos")
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    x, y = batches(1)[0]
+    x, y = x.to("flagos"), y.to("flagos")
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.5
+
+
+def test_grad_of_functions_matches_cpu() -> None:
+    g = torch.Generator().manual_seed(7)
+    a_cpu = torch.randn(5, 4, generator=g, requires_grad=True)
+    b_cpu = torch.randn(4, 3, generator=g, requires_grad=True)
+    a = a_cpu.detach().to("flagos").requires_grad_()
+    b = b_cpu.detach().to("flagos").requires_grad_()
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = torch.sigmoid(a @ b)
+        h = torch.cat([h, h.pow(2)], dim=1).softmax(-1)
+        return (h.log_softmax(0) * h).sum() + a.norm() + b.max()
+
+    ga, gb = torch.autograd.grad(f(a, b), (a, b))
+    ga_cpu, gb_cpu = torch.autograd.grad(f(a_cpu, b_cpu), (a_cpu, b_cpu))
+    assert ga.device.type == "flagos"
+    torch.testing.assert_close(ga.cpu(), ga_cpu)
+    torch.testing.assert_close(gb.cpu(), gb_cpu)
+
+
+def test_second_order_grad_matches_cpu() -> None:
+    x_cpu = torch.linspace(-1, 1, 7, requires_grad=True)
+    x = x_cpu.detach().to("flagos").requires_grad_()
+    for t in (x, x_cpu):
+        (g,) = torch.autograd.grad((t**3).sin().sum(), t, create_graph=True)
+        g.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
+
+
+def test_no_grad_and_inference_mode() -> None:
+    model = make_model().to("flagos")
+    x = torch.randn(2, 8, device="flagos")
+    with torch.no_grad():
+        out = model(x)
+    assert out.grad_fn is None and not out.requires_grad
+    with torch.inference_mode():
+        out2 = model(x)
+    assert out2.is_inference()
+    torch.testing.assert_close(out.cpu(), out2.cpu())
+
+
+def test_grad_accumulates_across_backwards() -> None:
+    w = torch.ones(3, device="flagos", requires_grad=True)
+    (w * 2).sum().backward()
+    (w * 3).sum().backward()
+    assert torch.equal(w.grad.cpu(), torch.full((3,), 5.0))
+
+
+def test_backward_on_flagos1_keeps_grads_there(two_devices) -> None:
+    model = make_model().to("flagos:1")
+    x = torch.randn(4, 8).to("flagos:1")
+    model(x).sum().backward()
+    for p in model.parameters():
+        assert p.grad.device == torch.device("flagos", 1)
+
+
+def test_dropout_train_eval() -> None:
+    torch.flagos.manual_seed(0)
+    drop = nn.Dropout(0.5)
+    x = torch.ones(1000, device="flagos")
+    y = drop(x)
+    zeros = int((y == 0).sum())
+    assert 300 < zeros < 700
+    assert torch.equal(y[y != 0].cpu(), torch.full((1000 - zeros,), 2.0))
+    drop.eval()
+    assert torch.equal(drop(x).cpu(), x.cpu())
+
+
+def test_small_cnn_matches_cpu() -> None:
+    torch.manual_seed(0)
+    cpu_model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    dev_model = copy.deepcopy(cpu_model).to("flagos")
+    x = torch.randn(2, 3, 8, 8)
+    cpu_out = cpu_model(x)
+    dev_out = dev_model(x.to("flagos"))
+    torch.testing.assert_close(dev_out.cpu(), cpu_out)
+    cpu_out.sum().backward()
+    dev_out.sum().backward()
+    for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters(), strict=True):
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)

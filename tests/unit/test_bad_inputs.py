@@ -1,0 +1,140 @@
+"""Bad inputs get clear errors: device indices and mixed devices (in-process cases)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+F = torch.flagos
+
+
+def test_wrong_device_index_everywhere() -> None:
+    bad = F.device_count()
+    pattern = rf"Invalid device flagos:{bad}: this process has {bad} flagos device"
+    calls = {
+        "empty": lambda: torch.empty(2, device=f"flagos:{bad}"),
+        "full": lambda: torch.full((2,), 1.0, device=f"flagos:{bad}"),
+        "to": lambda: torch.ones(2).to(f"flagos:{bad}"),
+        "set_device": lambda: F.set_device(bad),
+        "device_ctx": lambda: F.device(bad).__enter__(),
+        "memory": lambda: F.memory_allocated(bad),
+        "properties": lambda: F.get_device_properties(bad),
+        "generator": lambda: torch.Generator(f"flagos:{bad}"),
+        "rng_state": lambda: F.get_rng_state(bad),
+        "stream": lambda: F.Stream(bad),
+        "accelerator_set": lambda: torch.accelerator.set_device_index(bad),
+    }
+    for name, call in calls.items():
+        with pytest.raises((IndexError, RuntimeError), match=pattern):
+            call()
+        assert F.current_device() == 0, name
+
+
+def test_invalid_device_strings() -> None:
+    for text in ("flagos:x", "flagos:-1", "flagos:1:2", "flagoss"):
+        with pytest.raises(RuntimeError):
+            torch.zeros(1, device=text)
+
+
+BINARY = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: torch.mul(a, b),
+    "matmul": lambda a, b: a @ b,
+    "cat": lambda a, b: torch.cat([a, b]),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "copy_into": lambda a, b: a.add_(b),
+    "index_select": lambda a, b: a.index_select(0, b.long().abs().clamp(max=1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_flagos_and_cpu_mix_rejected(name: str) -> None:
+    fn = BINARY[name]
+    a = torch.ones(2, 2, device="flagos")
+    b = torch.ones(2, 2)
+    with pytest.raises(
+        RuntimeError, match=r"same device.*flagos:0.*cpu|same device.*cpu.*flagos:0"
+    ):
+        fn(a, b)
+    with pytest.raises(RuntimeError, match="same device"):
+        fn(b, a) if name != "copy_into" else fn(a.cpu(), a)  # cpu in-place from flagos
+
+
+@pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_flagos0_and_flagos1_mix_rejected(name: str) -> None:
+    fn = BINARY[name]
+    a = torch.ones(2, 2, device="flagos:0")
+    b = torch.ones(2, 2, device="flagos:1")
+    with pytest.raises(RuntimeError, match=r"flagos:0.*flagos:1|flagos:1.*flagos:0"):
+        fn(a, b)
+    with pytest.raises(RuntimeError, match=r"flagos:0.*flagos:1|flagos:1.*flagos:0"):
+        fn(b, a)
+
+
+def test_zero_dim_cpu_tensors_allowed_with_flagos() -> None:
+    a_cpu = torch.arange(6.0).reshape(2, 3)
+    a = a_cpu.to("flagos")
+    scalar = torch.tensor(2.5)
+    for fn in (
+        lambda x, s: x + s,
+        lambda x, s: s * x,
+        lambda x, s: torch.where(x > 2, x, s),
+        lambda x, s: x.add_(s),
+    ):
+        expected = fn(a_cpu.clone(), scalar)
+        result = fn(a.clone(), scalar)
+        assert result.device == a.device
+        torch.testing.assert_close(result.cpu(), expected)
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_zero_dim_cpu_tensor_allowed_with_flagos1() -> None:
+    a = torch.ones(3, device="flagos:1")
+    out = a * torch.tensor(4.0)
+    assert out.device == torch.device("flagos", 1)
+    assert torch.equal(out.cpu(), torch.full((3,), 4.0))
+
+
+def test_zero_dim_flagos_tensor_does_not_admit_cpu_tensors() -> None:
+    # Only the cpu side may be the 0-dim one, as for cuda.
+    zero_dim = torch.tensor(1.0, device="flagos")
+    with pytest.raises(RuntimeError, match="same device"):
+        zero_dim + torch.ones(3)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(3) + zero_dim
+    both_scalars = zero_dim * torch.tensor(2.0)
+    assert both_scalars.device.type == "flagos" and float(both_scalars) == 2.0
+
+
+def test_cpu_index_tensor_allowed_for_flagos_indexing() -> None:
+    src_cpu = torch.arange(10.0)
+    src = src_cpu.to("flagos")
+    idx = torch.tensor([1, 3, 5])
+    assert torch.equal(src[idx].cpu(), src_cpu[idx])
+    mask = src_cpu > 4
+    assert torch.equal(src[mask].cpu(), src_cpu[mask])
+
+
+def test_error_messages_name_both_devices() -> None:
+    for op in (torch.add, torch.mm, torch.maximum):
+        with pytest.raises(RuntimeError, match=r"flagos:0.*cpu|cpu.*flagos:0"):
+            op(torch.ones(2, 2, device="flagos"), torch.ones(2, 2))
+
+
+def test_unsupported_dtype_or_op_is_a_clear_error() -> None:
+    x = torch.ones(3, device="flagos")
+    with pytest.raises(RuntimeError):
+        torch.empty(3, device="flagos", layout=torch.sparse_csr)
+    with pytest.raises(TypeError):
+        x.to(device="flagos", dtype="float32")
+
+
+def test_state_is_untouched_after_errors() -> None:
+    a = torch.ones(3, device="flagos")
+    with pytest.raises(RuntimeError):
+        a.add_(torch.ones(3))
+    assert torch.equal(a.cpu(), torch.ones(3))
+    with pytest.raises(RuntimeError):
+        torch.add(a, torch.ones(3), out=a)
+    assert torch.equal(a.cpu(), torch.ones(3))

@@ -1,0 +1,214 @@
+"""The torch.flagos module API and torch.accelerator reporting flagos."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+
+F = torch.flagos
+
+
+def test_module_is_registered_as_torch_flagos() -> None:
+    assert F is torch_fl.flagos
+    assert torch._C._get_privateuse1_backend_name() == "flagos"
+    assert torch.device("flagos").type == "flagos"
+
+
+def test_is_available_and_device_count() -> None:
+    assert F.is_available() is True
+    count = F.device_count()
+    assert isinstance(count, int) and count >= 1
+    if torch_fl.build_config.ACCELERATOR == "cpu":
+        import os
+
+        assert count == int(os.environ.get("FLAGOS_CPU_DEVICE_COUNT") or 2)
+    assert F.is_initialized()
+    F.init()  # harmless
+
+
+def test_torch_accelerator_reports_flagos() -> None:
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("flagos")
+    assert torch.accelerator.current_accelerator().type == "flagos"
+    assert torch.accelerator.device_count() == F.device_count()
+    assert torch.accelerator.current_device_index() == F.current_device()
+
+
+def test_tensor_and_module_methods_generated() -> None:
+    t = torch.ones(2)
+    moved = t.flagos()
+    assert moved.is_flagos and moved.device == torch.device("flagos", 0)
+    assert not t.is_flagos
+    module = torch.nn.Linear(2, 2).flagos()
+    assert all(p.is_flagos for p in module.parameters())
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_set_device_and_current_device() -> None:
+    assert F.current_device() == 0
+    F.set_device(1)
+    assert F.current_device() == 1
+    assert torch.accelerator.current_device_index() == 1
+    assert torch.empty(1, device="flagos").device.index == 1
+    F.set_device("flagos:0")
+    assert F.current_device() == 0
+    F.set_device(torch.device("flagos", 1))
+    assert F.current_device() == 1
+    torch.accelerator.set_device_index(0)
+    assert F.current_device() == 0
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_device_context_manager_forms() -> None:
+    for spec in (1, "flagos:1", torch.device("flagos", 1)):
+        with F.device(spec):
+            assert F.current_device() == 1
+        assert F.current_device() == 0
+    t1 = torch.ones(1, device="flagos:1")
+    with F.device_of(t1):
+        assert F.current_device() == 1
+    assert F.current_device() == 0
+    with F.device_of(torch.ones(1)):  # a CPU tensor leaves the device alone
+        assert F.current_device() == 0
+    with F.device(None):
+        assert F.current_device() == 0
+
+
+def test_device_arguments_reject_other_device_types() -> None:
+    with pytest.raises(ValueError, match="flagos"):
+        F.set_device("cpu")
+    with pytest.raises(ValueError, match="flagos"):
+        F.device(torch.device("cpu"))
+    with pytest.raises(TypeError):
+        F.set_device(1.5)
+
+
+def test_invalid_index_errors_name_the_range() -> None:
+    bad = F.device_count()
+    message = rf"Invalid device flagos:{bad}.*flagos:0 to flagos:{bad - 1}"
+    for call in (
+        lambda: F.set_device(bad),
+        lambda: F.synchronize(bad),
+        lambda: F.get_device_properties(bad),
+        lambda: F.get_device_name(bad),
+        lambda: F.get_device_capability(bad),
+        lambda: F.current_stream(bad),
+        lambda: F.get_rng_state(bad),
+        lambda: F.Stream(bad),
+    ):
+        with pytest.raises((IndexError, RuntimeError), match=message):
+            call()
+    assert F.current_device() == 0
+
+
+def test_synchronize_forms() -> None:
+    t = torch.ones(1000, device="flagos") * 2
+    F.synchronize()
+    F.synchronize(0)
+    F.synchronize("flagos:0")
+    F.synchronize(torch.device("flagos", 0))
+    torch.accelerator.synchronize()
+    assert float(t.sum()) == 2000.0
+
+
+def test_device_properties_name_capability() -> None:
+    for index in range(F.device_count()):
+        props = F.get_device_properties(index)
+        assert isinstance(props.name, str) and props.name
+        assert props.total_memory > 0
+        assert props.multi_processor_count >= 1
+        assert F.get_device_name(index) == props.name
+        assert F.get_device_capability(index) == (props.major, props.minor)
+        assert F.mem_get_info(index)[1] == props.total_memory
+    assert F.get_device_properties() == F.get_device_properties(F.current_device())
+    assert F.get_device_properties("flagos:0") == F.get_device_properties(0)
+    major, minor = F.get_device_capability()
+    assert isinstance(major, int) and isinstance(minor, int)
+
+
+def test_amp_dtypes_and_bf16() -> None:
+    dtypes = F.get_amp_supported_dtype()
+    assert torch.float16 in dtypes and torch.bfloat16 in dtypes
+    assert F.is_bf16_supported() is True
+    # bf16 really works on the device, as the answer claims
+    x = torch.tensor([1.5, -2.25], dtype=torch.bfloat16, device="flagos")
+    assert torch.equal((x * 2).cpu(), torch.tensor([3.0, -4.5], dtype=torch.bfloat16))
+
+
+def test_memory_functions_exist_and_agree() -> None:
+    keep = torch.empty(4096, device="flagos")
+    stats = F.memory_stats()
+    assert F.memory_allocated() == stats["allocated_bytes.all.current"] >= keep.nbytes
+    assert F.max_memory_allocated() == stats["allocated_bytes.all.peak"]
+    assert F.memory_reserved() == stats["reserved_bytes.all.current"]
+    assert F.max_memory_reserved() == stats["reserved_bytes.all.peak"]
+    F.reset_peak_memory_stats()
+    assert F.max_memory_allocated() == F.memory_allocated()
+    del keep
+    F.empty_cache()
+    free, total = F.mem_get_info()
+    assert 0 < free <= total
+
+
+def test_stream_functions_exist() -> None:
+    s = F.current_stream()
+    assert s.device == torch.device("flagos", 0)
+    assert F.default_stream() == F.current_stream()
+    new = F.Stream()
+    with F.stream(new):
+        assert F.current_stream() == new
+    assert F.current_stream() == s
+
+
+def test_rng_functions_exist() -> None:
+    F.manual_seed(3)
+    assert F.initial_seed() == 3
+    F.manual_seed_all(4)
+    assert all(F.default_generator(i).initial_seed() == 4 for i in range(F.device_count()))
+    F.seed()
+    state = F.get_rng_state()
+    F.set_rng_state(state)
+    states = F.get_rng_state_all()
+    assert len(states) == F.device_count()
+    F.set_rng_state_all(states)
+
+
+def test_public_names_listed() -> None:
+    required = """is_available device_count current_device set_device device synchronize Stream
+    Event current_stream stream memory_allocated max_memory_allocated memory_reserved
+    max_memory_reserved memory_stats reset_peak_memory_stats empty_cache mem_get_info
+    manual_seed manual_seed_all seed initial_seed get_rng_state get_rng_state_all
+    set_rng_state set_rng_state_all get_device_name get_device_properties
+    get_device_capability get_amp_supported_dtype is_bf16_supported""".split()
+    for name in required:
+        assert callable(getattr(F, name)), name
+        assert name in F.__all__, name
+
+
+def test_build_record_is_exposed() -> None:
+    record = torch_fl.build_config
+    assert record.ACCELERATOR in ("cpu", "cuda", "dcu")
+    assert record.TORCH_VERSION.split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2]
+    assert torch_fl._C._accelerator_name() == record.ACCELERATOR
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_current_device_is_per_thread() -> None:
+    import threading
+
+    F.set_device(1)
+    seen: dict = {}
+
+    def worker() -> None:
+        seen["start"] = F.current_device()
+        F.set_device(1)
+        seen["tensor"] = torch.ones(1, device="flagos").device
+        F.set_device(0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"start": 0, "tensor": torch.device("flagos", 1)}
+    assert F.current_device() == 1  # the worker's switches stayed in the worker

@@ -1,0 +1,220 @@
+"""In-place and out= operators return the caller's tensor and behave as on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pair(*shape: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    cpu = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return cpu.to("flagos"), cpu
+
+
+INPLACE = {
+    "add_": lambda t, o: t.add_(o, alpha=2),
+    "mul_scalar_": lambda t, o: t.mul_(3.5),
+    "sub_": lambda t, o: t.sub_(o),
+    "div_": lambda t, o: t.div_(o.abs() + 1),
+    "clamp_": lambda t, o: t.clamp_(-0.5, 0.5),
+    "relu_": lambda t, o: t.relu_(),
+    "exp_": lambda t, o: t.exp_(),
+    "zero_": lambda t, o: t.zero_(),
+    "fill_": lambda t, o: t.fill_(2.5),
+    "copy_": lambda t, o: t.copy_(o),
+    "addcmul_": lambda t, o: t.addcmul_(o, o, value=0.5),
+    "masked_fill_": lambda t, o: t.masked_fill_(o > 0, -1.0),
+    "index_put_": lambda t, o: t.index_put_((torch.tensor([0, 2], device=t.device),), o[:2]),
+    "scatter_": lambda t, o: t.scatter_(0, torch.zeros_like(o, dtype=torch.long), o),
+    "transpose_": lambda t, o: t.t_(),
+    "unsqueeze_": lambda t, o: t.unsqueeze_(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_inplace_returns_self_and_matches_cpu(name: str) -> None:
+    fn = INPLACE[name]
+    t, t_cpu = pair(4, 4)
+    o, o_cpu = pair(4, 4, seed=1)
+    ptr = t.data_ptr()
+    result = fn(t, o)
+    fn(t_cpu, o_cpu)
+    assert result is t
+    assert t.data_ptr() == ptr
+    assert t.shape == t_cpu.shape and t.stride() == t_cpu.stride()
+    torch.testing.assert_close(t.cpu(), t_cpu)
+
+
+def test_inplace_on_noncontiguous_view_writes_base() -> None:
+    base, base_cpu = pair(4, 6)
+    for b in (base, base_cpu):
+        view = b.t()[::2]
+        out = view.mul_(10)
+        assert out is view
+    torch.testing.assert_close(base.cpu(), base_cpu)
+
+
+def test_inplace_with_broadcast_and_cpu_scalar_tensor() -> None:
+    t, t_cpu = pair(3, 4)
+    row, row_cpu = pair(4, seed=2)
+    t.add_(row).mul_(torch.tensor(2.0))
+    t_cpu.add_(row_cpu).mul_(torch.tensor(2.0))
+    torch.testing.assert_close(t.cpu(), t_cpu)
+
+
+def test_inplace_dtype_rules_match_cpu() -> None:
+    i = torch.arange(4, device="flagos")
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.add_(0.5)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.arange(4).add_(0.5)
+    f = torch.zeros(4, device="flagos")
+    f.add_(torch.arange(4, device="flagos"))
+    assert f.dtype == torch.float32 and torch.equal(f.cpu(), torch.arange(4.0))
+
+
+def test_inplace_cannot_broadcast_self() -> None:
+    t = torch.zeros(1, 4, device="flagos")
+    with pytest.raises(RuntimeError):
+        t.add_(torch.ones(3, 4, device="flagos"))
+
+
+OUT_OPS = {
+    "add": lambda a, b, out: torch.add(a, b, out=out),
+    "mul": lambda a, b, out: torch.mul(a, b, out=out),
+    "matmul": lambda a, b, out: torch.matmul(a, b.t(), out=out),
+    "exp": lambda a, b, out: torch.exp(a, out=out),
+    "sum_dim": lambda a, b, out: torch.sum(a, dim=1, out=out),
+    "cat": lambda a, b, out: torch.cat([a, b], out=out),
+    "clamp": lambda a, b, out: torch.clamp(a, min=-0.1, out=out),
+    "where": lambda a, b, out: torch.where(a > b, a, b, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_OPS))
+def test_out_resized_from_empty(name: str) -> None:
+    fn = OUT_OPS[name]
+    a, a_cpu = pair(3, 4)
+    b, b_cpu = pair(3, 4, seed=1)
+    out = torch.empty(0, device="flagos")
+    result = fn(a, b, out)
+    expected = fn(a_cpu, b_cpu, torch.empty(0))
+    assert result is out
+    assert out.device == a.device
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out.cpu(), expected)
+    assert out.untyped_storage().nbytes() >= expected.nbytes
+
+
+@pytest.mark.parametrize("name", sorted(OUT_OPS))
+def test_out_of_right_size_keeps_its_memory(name: str) -> None:
+    fn = OUT_OPS[name]
+    a, a_cpu = pair(3, 4)
+    b, b_cpu = pair(3, 4, seed=1)
+    expected = fn(a_cpu, b_cpu, torch.empty(0))
+    out = torch.full(expected.shape, 123.0, device="flagos")
+    ptr = out.data_ptr()
+    result = fn(a, b, out)
+    assert result is out
+    assert out.data_ptr() == ptr
+    torch.testing.assert_close(out.cpu(), expected)
+
+
+def test_out_wrong_size_is_resized_with_warning_like_cpu() -> None:
+    a, a_cpu = pair(3, 4)
+    out = torch.zeros(7, device="flagos")
+    out_cpu = torch.zeros(7)
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(a, 1, out=out)
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(a_cpu, 1, out=out_cpu)
+    assert out.shape == (3, 4)
+    torch.testing.assert_close(out.cpu(), out_cpu)
+
+
+def test_out_larger_storage_preserves_pointer_when_it_fits() -> None:
+    a, a_cpu = pair(2, 2)
+    big = torch.zeros(100, device="flagos")
+    out = big[:0]  # empty view with a large storage behind it
+    ptr = big.data_ptr()
+    torch.mul(a, 2, out=out)
+    assert out.shape == (2, 2)
+    assert out.data_ptr() == ptr  # resized within the existing storage
+    torch.testing.assert_close(out.cpu(), a_cpu * 2)
+    torch.testing.assert_close(big[:4].cpu(), (a_cpu * 2).reshape(-1))
+
+
+def test_out_growth_is_seen_by_other_views_of_storage() -> None:
+    out = torch.empty(0, device="flagos")
+    alias = out.view(0)
+    a, a_cpu = pair(10)
+    torch.neg(a, out=out)
+    assert out.untyped_storage().data_ptr() == alias.untyped_storage().data_ptr()
+    assert alias.untyped_storage().nbytes() >= a.nbytes
+
+
+def test_out_noncontiguous_right_size_is_written_in_place() -> None:
+    a, a_cpu = pair(3, 4)
+    out = torch.zeros(4, 3, device="flagos").t()
+    out_cpu = torch.zeros(4, 3).t()
+    ptr = out.data_ptr()
+    torch.mul(a, 2, out=out)
+    torch.mul(a_cpu, 2, out=out_cpu)
+    assert out.data_ptr() == ptr and out.stride() == out_cpu.stride()
+    torch.testing.assert_close(out.cpu(), out_cpu)
+
+
+def test_multiple_outs() -> None:
+    a, a_cpu = pair(4, 5)
+    values = torch.empty(0, device="flagos")
+    indices = torch.empty(0, dtype=torch.long, device="flagos")
+    result = torch.max(a, dim=1, out=(values, indices))
+    expected = torch.max(a_cpu, dim=1)
+    assert result[0] is values and result[1] is indices
+    torch.testing.assert_close(values.cpu(), expected.values)
+    torch.testing.assert_close(indices.cpu(), expected.indices)
+
+
+def test_out_dtype_mismatch_rejected_like_cpu() -> None:
+    a, a_cpu = pair(3)
+    with pytest.raises(RuntimeError):
+        torch.add(a_cpu, 1, out=torch.empty(3, dtype=torch.long))
+    with pytest.raises(RuntimeError):
+        torch.add(a, 1, out=torch.empty(3, dtype=torch.long, device="flagos"))
+
+
+def test_out_on_wrong_device_rejected() -> None:
+    a, _ = pair(3)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.add(a, 1, out=torch.empty(3))
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_out_on_other_flagos_device_rejected() -> None:
+    a, _ = pair(3)
+    with pytest.raises(RuntimeError, match="flagos:1"):
+        torch.add(a, 1, out=torch.empty(3, device="flagos:1"))
+
+
+def test_resize_preserves_prefix_and_pointer_when_shrinking() -> None:
+    t = torch.arange(10.0, device="flagos")
+    ptr = t.data_ptr()
+    t.resize_(2, 3)
+    assert t.shape == (2, 3) and t.data_ptr() == ptr
+    assert torch.equal(t.cpu().reshape(-1), torch.arange(6.0))
+    t.resize_(5, 5)
+    assert t.shape == (5, 5)
+    assert torch.equal(t.cpu().reshape(-1)[:10], torch.arange(10.0))
+
+
+def test_set_and_is_set_to() -> None:
+    src = torch.arange(6.0, device="flagos")
+    t = torch.empty(0, device="flagos")
+    t.set_(src)
+    assert t.is_set_to(src)
+    assert t.data_ptr() == src.data_ptr()
+    t.set_(src.untyped_storage(), 2, (2, 2), (1, 2))
+    expected = torch.arange(6.0).as_strided((2, 2), (1, 2), 2)
+    assert torch.equal(t.cpu(), expected)
+    t.set_()
+    assert t.numel() == 0

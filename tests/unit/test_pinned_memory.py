@@ -1,0 +1,95 @@
+"""Pinned host memory for flagos transfers: pin_memory, is_pinned, DataLoader(pin_memory=True)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def test_pin_memory_copies_into_pinned_memory() -> None:
+    src = torch.randn(16, 8)
+    assert not src.is_pinned()
+    pinned = src.pin_memory()
+    assert pinned.is_pinned()
+    assert pinned.device.type == "cpu"
+    assert pinned.data_ptr() != src.data_ptr()
+    assert torch.equal(pinned, src)
+    assert pinned.pin_memory() is pinned  # already pinned: no copy
+
+
+def test_is_pinned_for_views() -> None:
+    pinned = torch.arange(100.0).pin_memory()
+    assert pinned[10:20].is_pinned()
+    assert pinned.view(10, 10).t().is_pinned()
+    assert not torch.arange(100.0)[10:20].is_pinned()
+
+
+def test_pinned_factories() -> None:
+    for t in (
+        torch.empty(4, pin_memory=True),
+        torch.zeros(4, pin_memory=True),
+        torch.empty_like(torch.ones(3), pin_memory=True),
+        torch.ones(2, 3, pin_memory=True),
+    ):
+        assert t.is_pinned() and t.device.type == "cpu"
+    assert torch.equal(torch.zeros(4, pin_memory=True), torch.zeros(4))
+
+
+def test_pinned_memory_freed_is_no_longer_pinned_address() -> None:
+    pinned = torch.empty(1 << 16).pin_memory()
+    pinned.fill_(1)
+    addr_view = pinned[5:]
+    del pinned
+    assert addr_view.is_pinned()  # storage kept alive by the view
+    assert float(addr_view.sum()) == (1 << 16) - 5
+
+
+@pytest.mark.parametrize("non_blocking", [True, False])
+def test_pinned_to_flagos_and_back(non_blocking: bool) -> None:
+    src = torch.randn(32, 32)
+    pinned = src.pin_memory()
+    on = pinned.to("flagos", non_blocking=non_blocking)
+    assert on.device == torch.device("flagos", 0)
+    out = torch.empty(32, 32, pin_memory=True)
+    out.copy_(on * 2, non_blocking=non_blocking)
+    torch.flagos.synchronize()
+    torch.testing.assert_close(out, src * 2)
+
+
+def test_dataloader_pin_memory_then_non_blocking_transfer() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 5, generator=g)
+    y = torch.randint(0, 3, (40,), generator=g)
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, pin_memory=True, shuffle=False)
+    seen_x, seen_y = [], []
+    for bx, by in loader:
+        assert bx.is_pinned() and by.is_pinned()
+        dx = bx.to("flagos", non_blocking=True)
+        dy = by.to("flagos", non_blocking=True)
+        assert dx.device.type == "flagos" and dy.device.type == "flagos"
+        seen_x.append((dx * 1).cpu())
+        seen_y.append(dy.cpu())
+    torch.flagos.synchronize()
+    assert torch.equal(torch.cat(seen_x), x)
+    assert torch.equal(torch.cat(seen_y), y)
+
+
+def test_flagos_tensor_cannot_be_pinned() -> None:
+    t = torch.ones(3, device="flagos")
+    with pytest.raises(RuntimeError):
+        t.pin_memory()
+    with pytest.raises(RuntimeError, match="pinned"):
+        torch.empty(3, device="flagos", pin_memory=True)
+
+
+def test_dataloader_with_workers_and_pin_memory() -> None:
+    data = torch.arange(40.0).reshape(20, 2)
+    loader = DataLoader(TensorDataset(data), batch_size=3, num_workers=2, pin_memory=True)
+    moved = []
+    for (batch,) in loader:
+        assert batch.is_pinned()
+        moved.append(batch.to("flagos", non_blocking=True))
+    torch.flagos.synchronize()
+    assert all(m.device.type == "flagos" for m in moved)
+    assert torch.equal(torch.cat(moved).cpu(), data)

@@ -1,0 +1,175 @@
+"""torch.flagos streams and events, and the stream context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+F = torch.flagos
+D0 = torch.device("flagos", 0)
+
+
+def test_default_and_current_stream() -> None:
+    s = F.current_stream()
+    assert isinstance(s, torch.Stream)
+    assert s.device == D0
+    assert s == F.default_stream() == F.current_stream(0) == F.current_stream("flagos:0")
+    assert torch.accelerator.current_stream() == s
+    assert s.query()
+
+
+def test_new_streams_are_distinct_and_on_current_device() -> None:
+    a, b = F.Stream(), F.Stream()
+    assert isinstance(a, torch.Stream) and isinstance(a, F.Stream)
+    assert a.device == D0 and b.device == D0
+    assert a != b and a.stream_id != b.stream_id
+    assert a != F.default_stream()
+    assert torch.Stream(device="flagos").device == D0
+
+
+def test_stream_context_sets_and_restores() -> None:
+    default = F.current_stream()
+    s = F.Stream()
+    with F.stream(s) as entered:
+        assert entered is s
+        assert F.current_stream() == s
+        assert torch.accelerator.current_stream() == s
+        inner = F.Stream()
+        with F.stream(inner):
+            assert F.current_stream() == inner
+        assert F.current_stream() == s
+    assert F.current_stream() == default
+
+
+def test_stream_context_none_is_a_no_op() -> None:
+    before = F.current_stream()
+    with F.stream(None) as entered:
+        assert entered is None
+        assert F.current_stream() == before
+    assert F.current_stream() == before
+
+
+def test_stream_context_restores_after_exception() -> None:
+    before = F.current_stream()
+    with pytest.raises(KeyError), F.stream(F.Stream()):
+        raise KeyError("x")
+    assert F.current_stream() == before
+
+
+def test_set_stream() -> None:
+    s = F.Stream()
+    F.set_stream(s)
+    assert F.current_stream() == s
+    F.set_stream(F.default_stream())
+    assert F.current_stream() == F.default_stream()
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_streams_on_flagos1_and_device_switch_in_context() -> None:
+    s1 = F.Stream(1)
+    assert s1.device == torch.device("flagos", 1)
+    assert F.Stream("flagos:1").device.index == 1
+    with F.device(1):
+        assert F.Stream().device.index == 1
+        assert F.current_stream().device.index == 1
+    with F.stream(s1):
+        assert F.current_device() == 1  # the context makes the stream's device current
+        assert F.current_stream(1) == s1
+        assert F.current_stream(0) == F.default_stream(0)  # flagos:0 unaffected
+        assert torch.zeros(1, device="flagos").device.index == 1
+    assert F.current_device() == 0
+    assert F.current_stream(1) == F.default_stream(1)
+
+
+def test_work_on_side_stream_gives_cpu_results() -> None:
+    x_cpu = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    x = x_cpu.to("flagos")
+    s = F.Stream()
+    start, end = F.Event(enable_timing=True), F.Event(enable_timing=True)
+    with F.stream(s):
+        start.record()
+        y = x @ x + 1
+        end.record()
+    s.wait_stream(F.default_stream())
+    F.current_stream().wait_stream(s)
+    y.record_stream(s)
+    s.synchronize()
+    assert s.query()
+    torch.testing.assert_close(y.cpu(), x_cpu @ x_cpu + 1)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+
+
+def test_event_record_query_wait_synchronize() -> None:
+    e = F.Event()
+    assert isinstance(e, torch.Event)
+    assert e.query()  # an unrecorded event is complete
+    s = F.Stream()
+    e.record(s)
+    assert e.device == D0
+    e.wait(F.current_stream())
+    F.current_stream().wait_event(e)
+    e.synchronize()
+    assert e.query()
+    recorded = s.record_event()
+    assert isinstance(recorded, torch.Event)
+    recorded.synchronize()
+
+
+def test_elapsed_time_between_timed_events() -> None:
+    a = F.Event(enable_timing=True)
+    b = F.Event(enable_timing=True)
+    a.record()
+    torch.ones(1000, device="flagos").sum().item()
+    b.record()
+    b.synchronize()
+    elapsed = a.elapsed_time(b)
+    assert isinstance(elapsed, float) and elapsed >= 0
+    assert b.elapsed_time(a) <= 0 or elapsed == 0
+
+
+def test_elapsed_time_requires_timing_enabled() -> None:
+    for first, second in (
+        (F.Event(), F.Event()),
+        (F.Event(enable_timing=True), F.Event()),
+        (F.Event(), F.Event(enable_timing=True)),
+    ):
+        first.record()
+        second.record()
+        with pytest.raises((RuntimeError, ValueError), match="enable_timing=True"):
+            first.elapsed_time(second)
+
+
+def test_elapsed_time_requires_recorded_events() -> None:
+    a = F.Event(enable_timing=True)
+    b = F.Event(enable_timing=True)
+    a.record()
+    with pytest.raises((RuntimeError, ValueError), match="recorded"):
+        a.elapsed_time(b)
+
+
+def test_synchronize_variants() -> None:
+    s = F.Stream()
+    with F.stream(s):
+        y = torch.arange(10.0, device="flagos") * 3
+    s.synchronize()
+    F.synchronize()
+    torch.accelerator.synchronize()
+    assert torch.equal(y.cpu(), torch.arange(10.0) * 3)
+
+
+def test_stream_rejects_other_device_types() -> None:
+    with pytest.raises(ValueError, match="flagos"):
+        F.Stream(device="cpu")
+    with pytest.raises((IndexError, RuntimeError), match="Invalid device flagos"):
+        F.Stream(F.device_count())
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_stream_object_as_context_manager() -> None:
+    s = F.Stream(1)
+    with s:
+        assert F.current_stream(1) == s
+        assert F.current_device() == 1
+    assert F.current_stream(1) == F.default_stream(1)
+    assert F.current_device() == 0

@@ -1,0 +1,220 @@
+"""Per-operator routing: see and change which implementation runs each operator on flagos.
+
+Every operator without a flagos kernel of its own runs through one route:
+
+* ``cpu_fallback``: CPU kernels (zero copy on the cpu accelerator; host copies on a device);
+* ``cuda``: the vendor's own kernels reached zero-copy (cuda/dcu builds with boxing);
+* ``flagos_python``: a Python callable registered here (FlagGems is one provider);
+* ``flaggems_cpp``: the FlagGems C++ path (not built yet).
+
+The route of an operator comes, in order of precedence, from :func:`set_route`, a
+``FLAGOS_OP_<name>`` environment variable (``.`` written as ``__``), the routing table in force
+(``torch_fl/configs/backends_<accelerator>.conf`` as the build record says, or
+``FLAGOS_BACKEND_CONFIG=<path>``), and the accelerator's default route.
+
+Operator names are written as in ``torch.ops.aten``: ``"aten::add.Tensor"``, ``"add.Tensor"``,
+``"relu"`` (or ``"relu.default"``) for an unnamed overload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+
+from torch_fl import _C
+
+ROUTES = ("cpu_fallback", "cuda", "flagos_python", "flaggems_cpp")
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+__all__ = [
+    "ROUTES",
+    "active_table",
+    "available_routes",
+    "default_route",
+    "get_route",
+    "overrides",
+    "python_kernels",
+    "reaches_router",
+    "route_counts",
+    "register_provider",
+    "register_python_kernel",
+    "reset_stats",
+    "route",
+    "set_route",
+    "stats",
+    "strict",
+    "table_path_for",
+]
+
+
+def table_path_for(build_config: ModuleType) -> Path:
+    """The shipped table a build uses: backends_<accelerator>.conf, or backends_flaggems.conf
+    for a cuda build with FlagGems."""
+    accelerator = build_config.ACCELERATOR
+    if accelerator == "cuda" and getattr(build_config, "BUILD_FLAGGEMS", False):
+        return CONFIG_DIR / "backends_flaggems.conf"
+    return CONFIG_DIR / f"backends_{accelerator}.conf"
+
+
+def _load_at_import(build_config: ModuleType) -> None:
+    """Loads the table in force and the FLAGOS_OP_*/FLAGOS_LOG/FLAGOS_STRICT variables; errors
+    raise here, so at `import torch_fl`."""
+    vendor = getattr(build_config, "GEMS_VENDOR", "")
+    if vendor:
+        os.environ.setdefault("GEMS_VENDOR", vendor)
+    explicit = os.environ.get("FLAGOS_BACKEND_CONFIG")
+    if explicit:
+        path = Path(explicit).expanduser().resolve()
+        origin = "FLAGOS_BACKEND_CONFIG"
+    else:
+        path = table_path_for(build_config)
+        origin = f"build record (ACCELERATOR={build_config.ACCELERATOR!r})"
+    _C._routing_load(str(path), origin)
+
+
+def _canonical(op: str) -> str:
+    return _C._routing_canonical_name(op)
+
+
+def get_route(op: str) -> str:
+    """The route that runs `op` now."""
+    return _C._routing_describe(op)[0]
+
+
+def route_origin(op: str) -> str:
+    """Where `op`'s route comes from: 'default', 'table <file>:<line>', 'env FLAGOS_OP_...' or
+    'api'."""
+    return _C._routing_describe(op)[1]
+
+
+def set_route(op: str, route: str | None) -> None:
+    """Routes `op` to `route` from now on (None drops this override). Raises for unknown
+    operators, unknown routes and routes this build cannot run."""
+    _C._routing_set_route(op, route)
+
+
+@contextlib.contextmanager
+def route(op: str, route_name: str) -> Iterator[None]:
+    """``with torch_fl.routing.route("aten::add.Tensor", "flagos_python"): ...``"""
+    previous = _C._routing_get_override(op)
+    set_route(op, route_name)
+    try:
+        yield
+    finally:
+        set_route(op, previous)
+
+
+def overrides() -> dict[str, str]:
+    """Operators whose route was changed from the table: by the environment or this API."""
+    info = _C._routing_table_info()
+    result = dict(info["env_overrides"])
+    result.update({op: f"{r} (api)" for op, r in info["api_overrides"].items()})
+    return result
+
+
+def active_table() -> dict:
+    """The table in force: path, how it was chosen, default route, and its op -> route lines."""
+    return _C._routing_table_info()
+
+
+def default_route() -> str:
+    return _C._routing_default_route()
+
+
+def available_routes() -> dict[str, str]:
+    """route -> '' when this build can run it, else why not."""
+    return {r: _C._routing_unavailable_reason(r) for r in ROUTES}
+
+
+def register_python_kernel(op: str, fn: Callable | None) -> None:
+    """Registers `fn` as `op`'s flagos_python kernel (None removes it). It is called with the
+    operator's arguments as in its schema (keyword-only ones as keywords), flagos tensors
+    replaced by zero-copy native tensors, and returns what the operator returns. Registering
+    does not route the operator: the table, FLAGOS_OP_* or set_route does."""
+    _C._routing_register_python_kernel(op, fn)
+
+
+def register_provider(provider: ModuleType | Mapping[str, Callable]) -> list[str]:
+    """Registers many kernels at once: a mapping op -> callable, or a module whose
+    ``FLAGOS_KERNELS`` attribute is such a mapping. Returns the canonical names registered."""
+    kernels = provider
+    if isinstance(provider, ModuleType):
+        kernels = getattr(provider, "FLAGOS_KERNELS", None)
+        if not isinstance(kernels, Mapping):
+            raise TypeError(
+                f"provider module {provider.__name__} has no FLAGOS_KERNELS mapping "
+                "(operator name -> callable)"
+            )
+    if not isinstance(kernels, Mapping):
+        raise TypeError(f"a provider is a module or a mapping, got {type(provider).__name__}")
+    names = [_canonical(op) for op in kernels]  # validate every name before registering any
+    for op, fn in kernels.items():
+        register_python_kernel(op, fn)
+    return names
+
+
+def python_kernels() -> list[str]:
+    """Operators with a registered flagos_python kernel."""
+    return sorted(_C._routing_python_kernel_ops())
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Calls per operator and route since start (or reset_stats), e.g.
+    ``{"aten::add.Tensor": {"cpu_fallback": 3}}``."""
+    return _C._routing_stats()
+
+
+def reset_stats() -> None:
+    _C._routing_reset_stats()
+
+
+class _Strict:
+    """``strict()`` reads the mode, ``strict(True)`` sets it, ``with strict(): ...`` sets it for
+    a block. In strict mode an operator that would run on cpu_fallback with host copies (on a
+    device accelerator) raises an error naming it instead."""
+
+    def __init__(self, previous: bool) -> None:
+        self._previous = previous
+
+    def __enter__(self) -> _Strict:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _C._routing_set_strict(self._previous)
+
+    def __bool__(self) -> bool:
+        return bool(_C._routing_strict())
+
+    def __repr__(self) -> str:
+        return f"torch_fl.routing.strict: {bool(self)}"
+
+
+def strict(enabled: bool | None = True) -> _Strict:
+    """Sets strict mode (True by default; None only reads it); usable as a context manager,
+    which restores the previous mode."""
+    previous = bool(_C._routing_strict())
+    if enabled is not None:
+        _C._routing_set_strict(bool(enabled))
+    return _Strict(previous)
+
+
+def parse_table(path: str | os.PathLike, check_available: bool = True) -> list[tuple]:
+    """Parses a routing table without applying it: (op, route, file, line) per line. Operator
+    names are always checked against the installed torch; routes against this build only when
+    `check_available`."""
+    return _C._routing_parse_table(str(path), check_available)
+
+
+def route_counts() -> dict[str, int]:
+    """route -> how many operators it serves, over the aten operators that reach the router
+    under their own name (those with a CPU or native-device kernel)."""
+    return _C._routing_route_counts()
+
+
+def reaches_router(op: str) -> bool:
+    """False when a flagos kernel of its own or a composite kernel serves `op` on flagos, so a
+    route named for it has no effect (it decomposes into operators that are routed)."""
+    return _C._routing_reaches_router(op)
