@@ -199,6 +199,8 @@ def test_import_torch_fl_with_a_good_bundle(tmp_path: Path, dtk: Path, torch_fir
         "import torch_fl, torch\nprint('DEVICE', torch.flagos.device_count())\n"
         "print('HIP', torch.version.hip)\n"
     )
+    # The core here is a cpu build under a doctored dcu record: route with the cpu table.
+    env["FLAGOS_BACKEND_CONFIG"] = str(package / "configs" / "backends_cpu.conf")
     result = run_python(code, package, **env)
     assert "DEVICE" in result.stdout, result.stdout + result.stderr
     assert _loaded(log)[-1] == "libtorch_hip.so"
