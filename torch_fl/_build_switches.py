@@ -70,8 +70,7 @@ def resolve(env: Mapping[str, str], torch_facts: Mapping[str, object]) -> dict:
         "BUILD_BOXING": boxing,
         "BUILD_FLAGGEMS": flaggems,
         "BUILD_FLAGGEMS_CPP": flaggems_cpp,
-        # dcu: no DCU vendor backend directory exists, so the switch is a no-op there.
-        "BUILD_VENDOR": flag(env, "FLAGOS_BUILD_VENDOR") and accelerator != "dcu",
+        "BUILD_VENDOR": flag(env, "FLAGOS_BUILD_VENDOR"),  # dcu: recorded, a no-op (notes())
         "DCU_VENDOR_CORE": flag(env, "FLAGOS_DCU_VENDOR_CORE"),
         "ROCM_PATH": env.get("ROCM_PATH", "/opt/dtk") if accelerator == "dcu" else "",
     }
