@@ -54,6 +54,8 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         torch_facts = _torch_facts()
         config = switches.resolve(os.environ, torch_facts)
+        for note in switches.notes(os.environ, config):
+            print(f"torch_fl build: {note}", flush=True)
         ext_path = Path(self.get_ext_fullpath(ext.name)).resolve()
         # Outputs always land in the source package (what an editable install imports); a
         # wheel build then copies them to where setuptools packs the extension.
@@ -82,7 +84,13 @@ class CMakeBuild(build_ext):
             f"-DPython_INCLUDE_DIR={sysconfig.get_paths()['include']}",
         ]
         if config["ACCELERATOR"] == "dcu":
+            vendor_core = "ON" if config["DCU_VENDOR_CORE"] else "OFF"
+            vendor = "ON" if switches.flag(os.environ, "FLAGOS_BUILD_VENDOR") else "OFF"
             cmake_args.append(f"-DROCM_PATH={config['ROCM_PATH']}")
+            cmake_args += [
+                f"-DFLAGOS_DCU_VENDOR_CORE={vendor_core}",
+                f"-DFLAGOS_BUILD_VENDOR={vendor}",
+            ]
         cmake_args += shlex.split(os.environ.get("FLAGOS_CMAKE_ARGS", ""))
         jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
         subprocess.check_call(["cmake", *cmake_args])
@@ -91,6 +99,10 @@ class CMakeBuild(build_ext):
             ext_path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(package_dir / ext_path.name, ext_path)
             shutil.copytree(package_dir / "lib", ext_path.parent / "lib", dirs_exist_ok=True)
+            if (package_dir / "lib_dcu").is_dir():  # the dcu bundle (ABI shim + DTK libs)
+                shutil.copytree(
+                    package_dir / "lib_dcu", ext_path.parent / "lib_dcu", dirs_exist_ok=True
+                )
             shutil.copy2(package_dir / "_build_config.py", ext_path.parent / "_build_config.py")
 
 

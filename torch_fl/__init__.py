@@ -16,6 +16,10 @@ def _autoload() -> None:
     the entry points and looks this up on the still partially initialised module."""
 
 
+from torch_fl import vendor as _vendor  # noqa: E402  (imports no torch)
+
+_vendor.prelude()  # dcu: checks and loads DTK's device libraries before torch is imported
+
 from torch_fl._registration import (  # noqa: E402  (after _autoload, see above)
     check_build_record,
     claim_privateuse1,
@@ -36,6 +40,7 @@ register_python_side(DEVICE_NAME, flagos)
 from torch_fl import routing  # noqa: E402  (needs the core loaded)
 
 routing._load_at_import(build_config)
+_vendor.after_load(flagos.device_count)
 
 from torch_fl import comm  # noqa: E402
 

@@ -70,10 +70,24 @@ def resolve(env: Mapping[str, str], torch_facts: Mapping[str, object]) -> dict:
         "BUILD_BOXING": boxing,
         "BUILD_FLAGGEMS": flaggems,
         "BUILD_FLAGGEMS_CPP": flaggems_cpp,
-        "BUILD_VENDOR": flag(env, "FLAGOS_BUILD_VENDOR"),
+        "BUILD_VENDOR": flag(env, "FLAGOS_BUILD_VENDOR"),  # dcu: recorded, a no-op (notes())
         "DCU_VENDOR_CORE": flag(env, "FLAGOS_DCU_VENDOR_CORE"),
         "ROCM_PATH": env.get("ROCM_PATH", "/opt/dtk") if accelerator == "dcu" else "",
     }
+
+
+def notes(env: Mapping[str, str], config: Mapping[str, object]) -> list[str]:
+    """What the build did with switches it could not honour as given (setup.py prints them)."""
+    out = []
+    if config["ACCELERATOR"] == "dcu":
+        if flag(env, "FLAGOS_BUILD_VENDOR"):
+            out.append("FLAGOS_BUILD_VENDOR=1 is a no-op on dcu (no DCU backend directory)")
+        if flag(env, "FLAGOS_BUILD_FLAGGEMS_CPP"):
+            out.append(
+                "FLAGOS_BUILD_FLAGGEMS_CPP forced off on dcu (DTK ships no liboperators.so); "
+                "recorded as BUILD_FLAGGEMS_CPP = False"
+            )
+    return out
 
 
 def gems_vendor(accelerator: str) -> str:

@@ -32,6 +32,11 @@ class CudaAccelerator final : public Accelerator {
     return c10::Device(c10::DeviceType::CUDA, index);
   }
   c10::DeviceIndex device_count() const noexcept override {
+    // No CUDA guard registered (dcu without DTK's device libraries loaded): no device, rather
+    // than std::terminate from a throwing lookup in a noexcept function.
+    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+      return 0;
+    }
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
   }
   const c10::impl::DeviceGuardImplInterface& guard() const override {
