@@ -11,7 +11,7 @@ timeout 240 bash scripts/gpu_check.sh || status=1
 export SKIP_BUILD=1
 BENCH_ARGS="--rounds 5" timeout 90 bash scripts/comm_gpu_check.sh || status=1
 echo "== compile"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_compile.py -x \
+TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 150 python3 -m pytest -q -p no:cacheprovider tests/integration/test_compile.py -rs \
   2>&1 | tail -15 || status=1
 {
   echo "== $(date -u +%FT%TZ) dispatch overhead"
