@@ -217,6 +217,9 @@ def create_backend(dist_opts, backend_options=None):
             "init_process_group('flagos', pg_options=...) takes torch_fl.comm.Options, got "
             f"{type(backend_options).__name__}"
         )
+    from torch_fl.vendor.dcu import warn_multicard_fine_grain
+
+    warn_multicard_fine_grain(dist_opts.group_size)
     choice = choose_tier(backend_options)
     inner = _make_inner(choice.tier, dist_opts)
     backend = _C._comm_init().ProcessGroupFlagOS(inner, choice.tier, choice.path)
