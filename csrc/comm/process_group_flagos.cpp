@@ -862,7 +862,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::reduce_scatter_tensor_coalesc
   inner_opts.reduceOp = call.reduce_op(opts.reduceOp, scaled, inner_outputs, false);
   return call.finish(
       inner_->reduce_scatter_tensor_coalesced(inner_outputs, inner_inputs, inner_opts),
-      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED);
+      c10d::OpType::COALESCED);  // REDUCE_SCATTER_TENSOR_COALESCED is absent before torch 2.12
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::alltoall_base(
