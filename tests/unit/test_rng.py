@@ -188,8 +188,6 @@ def test_random_ops_reproducible_with_generator_and_default(op) -> None:
     assert torch.equal(defaults[0], defaults[1])
 
 
-
-
 def test_dropout_masks_reproducible_with_torch_manual_seed() -> None:
     x = torch.ones(256, device="flagos")
     masks = []

@@ -35,10 +35,35 @@ void decrease(Stat& s, size_t amount) {
   s.freed += static_cast<int64_t>(amount);
 }
 
+// An adopted native allocation is its own segment: it counts as allocated, active, reserved
+// and requested at once. `update` is increase() or decrease().
+void account_adopted(
+    c10::CachingDeviceAllocator::DeviceStats& stats,
+    size_t nbytes,
+    void (*update)(Stat&, size_t));
+
 template <typename F>
 void for_pools(size_t size, F f) {
   f(static_cast<size_t>(StatType::AGGREGATE));
   f(static_cast<size_t>(size < kSmallLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL));
+}
+
+void account_adopted(
+    c10::CachingDeviceAllocator::DeviceStats& stats,
+    size_t nbytes,
+    void (*update)(Stat&, size_t)) {
+  for_pools(nbytes, [&](size_t p) {
+    for (Stat* s : {&stats.allocation[p], &stats.active[p], &stats.segment[p]}) {
+      update(*s, 1);
+    }
+    for (Stat* s :
+         {&stats.allocated_bytes[p],
+          &stats.active_bytes[p],
+          &stats.reserved_bytes[p],
+          &stats.requested_bytes[p]}) {
+      update(*s, nbytes);
+    }
+  });
 }
 
 } // namespace
@@ -179,18 +204,7 @@ c10::DataPtr CpuDeviceAllocator::adopt(
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_alloc += 1;
-    for_pools(nbytes, [&](size_t p) {
-      for (Stat* s : {&st.stats.allocation[p], &st.stats.active[p], &st.stats.segment[p]}) {
-        increase(*s, 1);
-      }
-      for (Stat* s :
-           {&st.stats.allocated_bytes[p],
-            &st.stats.active_bytes[p],
-            &st.stats.reserved_bytes[p],
-            &st.stats.requested_bytes[p]}) {
-        increase(*s, nbytes);
-      }
-    });
+    account_adopted(st.stats, nbytes, &increase);
   }
   auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
   return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
@@ -202,18 +216,7 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_free += 1;
-    for_pools(adopted->size, [&](size_t p) {
-      for (Stat* s : {&st.stats.allocation[p], &st.stats.active[p], &st.stats.segment[p]}) {
-        decrease(*s, 1);
-      }
-      for (Stat* s :
-           {&st.stats.allocated_bytes[p],
-            &st.stats.active_bytes[p],
-            &st.stats.reserved_bytes[p],
-            &st.stats.requested_bytes[p]}) {
-        decrease(*s, adopted->size);
-      }
-    });
+    account_adopted(st.stats, adopted->size, &decrease);
   }
   delete adopted;  // releases the native allocation
 }
