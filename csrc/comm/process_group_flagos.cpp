@@ -386,6 +386,27 @@ class Call {
         got == want, context(), ": ", what, " has ", got, " elements, expected ", want);
   }
 
+  // Coalesced tensor collectives pair output i with input i; one side holds world-size times the
+  // elements of the other (gathering: the outputs; scattering: the inputs).
+  void check_coalesced_pairs(
+      const std::vector<at::Tensor>& outputs,
+      const std::vector<at::Tensor>& inputs,
+      bool outputs_are_larger) {
+    TORCH_CHECK(
+        outputs.size() == inputs.size(), context(), ": ", outputs.size(), " outputs for ",
+        inputs.size(), " inputs");
+    const int64_t world = pg_.getSize();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      check(outputs[i], "output");
+      check_dtype(outputs[i], inputs[i], "an output");
+      if (outputs_are_larger) {
+        check_numel(outputs[i].numel(), inputs[i].numel() * world, "an output");
+      } else {
+        check_numel(inputs[i].numel(), outputs[i].numel() * world, "an input");
+      }
+    }
+  }
+
   // A flagos tensor the collective reads.
   at::Tensor in(const at::Tensor& t, const char* what = "input") {
     check(t, what);
@@ -741,15 +762,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   Call call(*this, "all_gather_into_tensor_coalesced");
-  TORCH_CHECK(
-      outputs.size() == inputs.size(), call.context(), ": ", outputs.size(), " outputs for ",
-      inputs.size(), " inputs");
+  call.check_coalesced_pairs(outputs, inputs, /*outputs_are_larger=*/true);
   auto inner_inputs = call.in(inputs);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    call.check(outputs[i], "output");
-    call.check_dtype(outputs[i], inputs[i], "an output");
-    call.check_numel(outputs[i].numel(), inputs[i].numel() * getSize(), "an output");
-  }
   auto inner_outputs = call.out(outputs);
   return call.finish(
       inner_->allgather_into_tensor_coalesced(inner_outputs, inner_inputs, opts),
@@ -844,15 +858,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   Call call(*this, "reduce_scatter_tensor_coalesced");
-  TORCH_CHECK(
-      outputs.size() == inputs.size(), call.context(), ": ", outputs.size(), " outputs for ",
-      inputs.size(), " inputs");
+  call.check_coalesced_pairs(outputs, inputs, /*outputs_are_larger=*/false);
   auto inner_inputs = call.in(inputs);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    call.check(outputs[i], "output");
-    call.check_dtype(outputs[i], inputs[i], "an output");
-    call.check_numel(inputs[i].numel(), outputs[i].numel() * getSize(), "an input");
-  }
   auto inner_outputs = call.out(outputs);
   std::vector<at::Tensor*> scaled;
   for (auto& t : inner_inputs) {
