@@ -1,5 +1,6 @@
 // Registration of the operators flagos implements itself (csrc/aten/native/).
 
+#include "aten/native/attention.h"
 #include "aten/native/convolution.h"
 #include "aten/native/dropout.h"
 #include "aten/native/minimal.h"
@@ -28,6 +29,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl(
       "convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+#if !defined(FLAGOS_ACCELERATOR_CPU)
+  // scaled_dot_product_attention's route to the native flash-attention kernels.
+  m.impl(
+      "_scaled_dot_product_fused_attention_overrideable",
+      TORCH_FN(native::fused_attention_overrideable));
+  m.impl(
+      "_scaled_dot_product_fused_attention_overrideable_backward",
+      TORCH_FN(native::fused_attention_overrideable_backward));
+#endif
 #if defined(FLAGOS_ACCELERATOR_CPU)
   // On device accelerators the native dropout kernel already draws from the device's default
   // generator, which backs the flagos one.

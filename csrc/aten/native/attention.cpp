@@ -1,0 +1,149 @@
+#include "aten/native/attention.h"
+
+#include "aten/alias.h"
+#include "runtime/accelerator.h"
+
+#include <ATen/SDPBackend.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_ops.h>
+#include <c10/core/DeviceGuard.h>
+
+namespace torch_fl::native {
+namespace {
+
+std::optional<at::Tensor> alias_optional(const std::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined()) {
+    return native_alias(*t);
+  }
+  return std::nullopt;
+}
+
+at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
+  return native.defined() ? flagos_from_native(native, index) : native;
+}
+
+bool head_dims_multiple_of_8(const at::Tensor& query, const at::Tensor& value) {
+  return query.size(-1) % 8 == 0 && value.size(-1) % 8 == 0;
+}
+
+} // namespace
+
+// Without this entry SDPA always runs the unfused math path on flagos (dozens of operators and
+// the full attention matrix). The native device decides here as it would for its own tensors;
+// one answer needs adjusting: SDPA runs "flash" on a non-native device through its CPU
+// variant, so on a device accelerator flash is reached through the overrideable backend below
+// (which calls the native flash kernels). Flash inputs whose head dimension needs padding go
+// to math, as SDPA pads only for the native device.
+int64_t fused_sdp_choice(
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale,
+    bool enable_gqa) {
+  c10::DeviceGuard guard(query.device());
+  const auto choice = at::_ops::_fused_sdp_choice::call(
+      native_alias(query),
+      native_alias(key),
+      native_alias(value),
+      alias_optional(attn_mask),
+      dropout_p,
+      is_causal,
+      scale,
+      enable_gqa);
+  const bool device_accelerator = accelerator().native_device_type() != c10::DeviceType::CPU;
+  if (device_accelerator && choice == static_cast<int64_t>(at::SDPBackend::flash_attention)) {
+    return static_cast<int64_t>(
+        head_dims_multiple_of_8(query, value) ? at::SDPBackend::overrideable
+                                              : at::SDPBackend::math);
+  }
+  return choice;
+}
+
+FlashOutputs fused_attention_overrideable(
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_bias,
+    double dropout_p,
+    bool is_causal,
+    bool return_debug_mask,
+    std::optional<double> scale) {
+  TORCH_CHECK(
+      !(attn_bias.has_value() && attn_bias->defined()),
+      "flagos: _scaled_dot_product_fused_attention_overrideable runs the native flash-attention "
+      "kernel, which takes no attention mask; scaled_dot_product_attention only picks it for "
+      "inputs without one");
+  c10::DeviceGuard guard(query.device());
+  auto [out, lse, cum_q, cum_k, max_q, max_k, seed, offset, debug] =
+      at::_ops::_scaled_dot_product_flash_attention::call(
+          native_alias(query),
+          native_alias(key),
+          native_alias(value),
+          dropout_p,
+          is_causal,
+          return_debug_mask,
+          scale);
+  const auto index = query.device().index();
+  return {
+      relabel(out, index),
+      relabel(lse, index),
+      relabel(cum_q, index),
+      relabel(cum_k, index),
+      std::move(max_q),
+      std::move(max_k),
+      relabel(seed, index),
+      relabel(offset, index),
+      relabel(debug, index)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_overrideable_backward(
+    const at::Tensor& grad_out,
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const at::Tensor& attn_bias,
+    std::array<bool, 4> grad_input_mask,
+    const at::Tensor& out,
+    const at::Tensor& logsumexp,
+    const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k,
+    c10::SymInt max_q,
+    c10::SymInt max_k,
+    double dropout_p,
+    bool is_causal,
+    const at::Tensor& philox_seed,
+    const at::Tensor& philox_offset,
+    std::optional<double> scale) {
+  c10::DeviceGuard guard(query.device());
+  const auto alias = [](const at::Tensor& t) { return t.defined() ? native_alias(t) : t; };
+  auto [grad_q, grad_k, grad_v] = at::_ops::_scaled_dot_product_flash_attention_backward::call(
+      native_alias(grad_out),
+      native_alias(query),
+      native_alias(key),
+      native_alias(value),
+      native_alias(out),
+      native_alias(logsumexp),
+      alias(cum_seq_q),
+      alias(cum_seq_k),
+      std::move(max_q),
+      std::move(max_k),
+      dropout_p,
+      is_causal,
+      alias(philox_seed),
+      alias(philox_offset),
+      scale);
+  const auto index = query.device().index();
+  return {relabel(grad_q, index), relabel(grad_k, index), relabel(grad_v, index), at::Tensor()};
+}
+
+} // namespace torch_fl::native
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_fl::native::fused_sdp_choice)
+} // namespace at::native
