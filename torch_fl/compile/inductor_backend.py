@@ -32,6 +32,7 @@ from torch._inductor.codegen.wrapper import (
     SubgraphPythonWrapperCodegen,
 )
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
+from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
 
 from torch_fl.compile import _runtime
@@ -80,6 +81,17 @@ class _FlagosKernelCalls:
             )
         else:
             # A Triton kernel: on the tensor's device, on that device's current flagos stream.
+            target = getattr(self.writeline, "__self__", None)  # type: ignore[attr-defined]
+            if isinstance(target, IndentedBuffer):
+                # Called while the wrapper's lines are written out, with writeline bound to
+                # the output buffer (torch <= 2.12 does not route WrapperLines there): write
+                # the guard as text and indent the launch under it.
+                target.writeline(f"with {FlagosDeviceOpOverrides().device_guard(device.index)}:")
+                with target.indent():
+                    super()._generate_kernel_call_helper(  # type: ignore[misc]
+                        kernel_name, call_args, device=device, **kwargs
+                    )
+                return
             self.writeline(EnterDeviceContextManagerLine(device.index, None))  # type: ignore[attr-defined]
             super()._generate_kernel_call_helper(  # type: ignore[misc]
                 kernel_name, call_args, device=device, **kwargs
