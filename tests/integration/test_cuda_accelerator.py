@@ -156,3 +156,41 @@ def test_invalid_device_index_is_rejected() -> None:
     count = torch.flagos.device_count()
     with pytest.raises((IndexError, RuntimeError), match="flagos"):
         torch.empty(1, device=f"flagos:{count}")
+
+
+def test_side_stream_work_leaves_the_default_stream_free() -> None:
+    side = torch.flagos.Stream()
+    x = torch.randn(1 << 20, device="flagos")
+    torch.flagos.synchronize()
+    with torch.flagos.stream(side):
+        torch.cuda._sleep(int(2e8))
+        y = (x * 2).relu().sum()  # routed operators must queue on `side`, behind the sleep
+    assert not side.query()
+    assert torch.flagos.default_stream().query(), "work ran on the default stream"
+    side.synchronize()
+    torch.testing.assert_close(y.cpu(), (x.cpu() * 2).relu().sum())
+
+
+def test_cpu_fallback_copies_through_the_host_and_is_counted() -> None:
+    a = torch.randn(64, 32, device="flagos")
+    b = torch.randn(32, device="flagos")
+    ref_a, ref_b = a.cpu(), b.cpu()
+    torch_fl.routing.reset_stats()
+    with (
+        torch_fl.routing.route("add.Tensor", "cpu_fallback"),
+        torch_fl.routing.route("add_.Tensor", "cpu_fallback"),
+        torch_fl.routing.route("add.out", "cpu_fallback"),
+    ):
+        fresh = a + b
+        inplace = a.clone()
+        returned = inplace.add_(b)
+        out = torch.empty(0, device="flagos")
+        torch.add(a, b, out=out)
+    stats = torch_fl.routing.stats()
+    for op in ("aten::add.Tensor", "aten::add_.Tensor", "aten::add.out"):
+        assert stats[op].get("cpu_fallback", 0) >= 1, stats.get(op)
+    assert returned is inplace
+    for t in (fresh, inplace, out):
+        assert t.device == torch.device("flagos", 0)
+        torch.testing.assert_close(t.cpu(), ref_a + ref_b)
+    assert out.shape == (64, 32)
