@@ -57,8 +57,8 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 def adapt(schema: torch._C.FunctionSchema, fn: Callable) -> Callable:
-    """`fn`, or a wrapper calling it as torch.library would. Raises SignatureMismatch when
-    not even the short call with only the required arguments binds."""
+    """`fn`, or a wrapper calling it as torch.library would. Raises SignatureMismatch when no
+    call torch.library could make binds."""
     sig = _signature(fn)
     if sig is None:
         return fn
@@ -67,9 +67,13 @@ def adapt(schema: torch._C.FunctionSchema, fn: Callable) -> Callable:
     keywords = [a.name for a in args if a.kwarg_only]
     if _binds(sig, positional, keywords):
         return fn
-    required_pos = [a.name for a in args if not a.kwarg_only and not a.has_default_value()]
+    # Some short call must bind: the required arguments plus any number of the optional
+    # positional ones (`_grouped_mm`'s callable needs `offs`, which the schema makes optional).
+    required = sum(1 for a in args if not a.kwarg_only and not a.has_default_value())
     required_kw = [a.name for a in args if a.kwarg_only and not a.has_default_value()]
-    if not _binds(sig, required_pos, required_kw):
+    if not any(
+        _binds(sig, positional[:n], required_kw) for n in range(required, len(positional) + 1)
+    ):
         raise SignatureMismatch(
             f"{getattr(fn, '__qualname__', fn)}{sig} cannot take the arguments of {schema}"
         )
