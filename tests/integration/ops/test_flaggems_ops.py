@@ -35,7 +35,7 @@ def flaggems_available() -> None:
 
 @pytest.fixture(scope="module")
 def recorded() -> dict[str, list[_record.Call]]:
-    return _record.record(routed_ops(), per_op=2, budget_s=120)
+    return _record.record(routed_ops(), per_op=1, budget_s=40)
 
 
 @pytest.fixture
