@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FlagGems on the GPU machine, in one call, each step time-boxed (total about 9 minutes):
-#   1. install the carried wheels (.whl/flag_gems-*.whl, .whl/sqlalchemy-*.whl; no network)
+#   1. install the carried wheels (.whl/flag_gems-*.whl, .whl/sqlalchemy-*.whl, optional
+#      .whl/expecttest-*.whl for torch's OpInfo samples; no network)
 #   2. build torch_fl for cuda with FlagGems (skipped with SKIP_BUILD=1)
 #   3. print what the interpreter resolved: torch, triton, FlagGems and its vendor
 #   4. verify_routes: writes torch_fl/configs/backends_flaggems.conf (+ report, state)
@@ -29,6 +30,7 @@ if [ "${#wheels[@]}" -lt 2 ]; then
     | tee -a "$out/build.log"
   exit 1
 fi
+wheels+=(.whl/expecttest-*.whl)  # optional: torch's OpInfo samples need it
 timeout 120 python3 -m pip install --no-deps "${wheels[@]}" >>"$out/build.log" 2>&1 \
   || { tail -20 "$out/build.log"; exit 1; }
 

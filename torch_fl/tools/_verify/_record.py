@@ -151,7 +151,11 @@ def workload() -> Iterable[Callable[[], Any]]:
 
 
 def _opinfo_fns(deadline: float) -> Iterable[Callable[[], Any]]:
-    from torch.testing._internal.common_methods_invocations import op_db
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ImportError as exc:  # torch's test helpers need `expecttest` (pip install expecttest)
+        print(f"verify_routes: OpInfo samples unavailable ({exc}); workload only", flush=True)
+        return
 
     for info in op_db:
         if time.monotonic() > deadline:
