@@ -8,7 +8,7 @@
 #   5. the flaggems tests (ops suite with the table, routed-op checks, conf consistency)
 #   6. the overhead benchmark
 # Usage (repo root): bash scripts/gpu_flaggems.sh
-#   VERIFY_BUDGET=seconds (default 210)   SKIP_BUILD=1   RESUME=0 (ignore a previous state)
+#   VERIFY_BUDGET=seconds (default 180)   SKIP_BUILD=1   RESUME=0 (ignore a previous state)
 # A previous run's verify_routes.state.jsonl in the repo root (git-ignored: copy it back from
 # $OUT and carry it) is resumed: operators already decided are not verified again.
 # Output in $OUT (or /tmp/flagos-flaggems): build.log, verify.log, tests.log, bench.log,
@@ -59,12 +59,12 @@ PY
 echo "== $(date -u +%FT%TZ) verify_routes" | tee -a "$out/verify.log"
 resume=()
 if [ "${RESUME:-1}" != 0 ] && [ -s "$state" ]; then resume=(--resume); fi
-budget=${VERIFY_BUDGET:-210}
+budget=${VERIFY_BUDGET:-180}
 deadline=$(( $(date +%s) + budget ))
 for attempt in 1 2 3; do
   left=$(( deadline - $(date +%s) ))
   [ "$left" -gt 20 ] || break
-  timeout $(( left + 45 )) python3 -m torch_fl.tools.verify_routes --out "$conf" \
+  timeout $(( left + 40 )) python3 -m torch_fl.tools.verify_routes --out "$conf" \
     --json "$out/verify_report.json" --state "$state" --time-budget "$left" "${resume[@]}" \
     2>&1 | grep -v Warning | tee -a "$out/verify.log"
   rc=${PIPESTATUS[0]}
