@@ -40,6 +40,10 @@ register_python_side(DEVICE_NAME, flagos)
 from torch_fl import routing  # noqa: E402  (needs the core loaded)
 
 routing._load_at_import(build_config)
+
+from torch_fl import flaggems  # noqa: E402  (imports no FlagGems)
+
+flaggems.install_at_import(build_config)  # lazy kernels: FlagGems loads on its first operator
 _vendor.after_load(flagos.device_count)
 
 from torch_fl import comm  # noqa: E402
@@ -48,4 +52,4 @@ comm.register()  # the `flagos` torch.distributed backend
 
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "routing", "__version__"]
+__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "flaggems", "routing", "__version__"]

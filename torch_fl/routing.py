@@ -62,9 +62,6 @@ def table_path_for(build_config: ModuleType) -> Path:
 def _load_at_import(build_config: ModuleType) -> None:
     """Loads the table in force and the FLAGOS_OP_*/FLAGOS_LOG/FLAGOS_STRICT variables; errors
     raise here, so at `import torch_fl`."""
-    vendor = getattr(build_config, "GEMS_VENDOR", "")
-    if vendor:
-        os.environ.setdefault("GEMS_VENDOR", vendor)
     explicit = os.environ.get("FLAGOS_BACKEND_CONFIG")
     if explicit:
         path = Path(explicit).expanduser().resolve()

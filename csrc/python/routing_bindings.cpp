@@ -4,6 +4,11 @@
 
 #include "aten/aliased_call.h"
 #include "aten/routing/router.h"
+#include "runtime/accelerator.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <optional>
 
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -36,6 +41,29 @@ using routing::OpEntry;
   throw py::error_already_set();
 }
 
+// An argument as torch.library hands it to a Python kernel: the stack stores ScalarType, Layout
+// and MemoryFormat as ints, which Python kernels expect as torch.dtype, torch.layout and
+// torch.memory_format (`torch.sum(x, dtype=6)` is an error).
+py::object argument_to_python(c10::IValue&& v, const c10::Argument& a) {
+  if (v.isInt()) {
+    const c10::Type* type = a.real_type().get();
+    if (type->kind() == c10::TypeKind::OptionalType) {
+      type = type->castRaw<c10::OptionalType>()->getElementType().get();
+    }
+    switch (type->kind()) {
+      case c10::TypeKind::ScalarTypeType:
+        return py::cast(static_cast<at::ScalarType>(v.toInt()));
+      case c10::TypeKind::LayoutType:
+        return py::cast(static_cast<c10::Layout>(v.toInt()));
+      case c10::TypeKind::MemoryFormatType:
+        return py::cast(static_cast<at::MemoryFormat>(v.toInt()));
+      default:
+        break;
+    }
+  }
+  return torch::jit::toPyObject(std::move(v));
+}
+
 void python_route(OpEntry& e, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(
       e.python_kernel.load(std::memory_order_acquire) != nullptr,
@@ -48,6 +76,13 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   PreparedCall call;
   prepare_call(op, e.plan, stack, Mapping::Alias, call);
+  // Python kernels (Triton) launch on the current native device and stream; flagos:N is native
+  // device N and flagos streams are the native ones, so make the call's device current. Only
+  // switch when it differs: the guard costs a device query and two sets.
+  std::optional<c10::DeviceGuard> on_device;
+  if (call.index >= 0 && accelerator().guard().getDevice().index() != call.index) {
+    on_device.emplace(c10::Device(c10::DeviceType::PrivateUse1, call.index));
+  }
   {
     py::gil_scoped_acquire gil;
     auto fn = py::reinterpret_borrow<py::object>(
@@ -61,7 +96,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     py::tuple py_args(positional);
     py::dict py_kwargs;
     for (size_t i = 0, p = 0; i < args.size(); ++i) {
-      auto obj = torch::jit::toPyObject(std::move((*stack)[begin + i]));
+      auto obj = argument_to_python(std::move((*stack)[begin + i]), args[i]);
       if (args[i].kwarg_only()) {
         py_kwargs[py::str(args[i].name())] = std::move(obj);
       } else {

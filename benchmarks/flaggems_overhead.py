@@ -1,0 +1,152 @@
+"""Host overhead of the flagos_python route, and flagos-with-FlagGems against native cuda.
+
+    python benchmarks/flaggems_overhead.py [--reps 30] [--calls 50] [--ops add,relu,...]
+
+Part 1, route overhead: per operator, host time per call of the flagos_python route (a torch
+call on flagos tensors routed to FlagGems) minus that of calling the same FlagGems callable
+directly on CUDA tensors. Host time: a batch of calls timed without synchronising inside it
+(small tensors, so the GPU queue never fills), synchronising between batches. Target: at
+most 5 us.
+
+Part 2, against native cuda: per operator, wall time per call (synchronised batches) of
+flagos with FlagGems against torch's CUDA kernel on CUDA tensors, and the ratio.
+
+Both parts interleave their variants batch by batch in one process and report medians. GPU
+only: prints why and exits 0 on a machine without CUDA or FlagGems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def cases(device: str) -> dict[str, tuple[str, Callable[[], tuple], Callable]]:
+    """name -> (aten overload, inputs on `device`, torch call)."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(device)
+
+    a, b = r(64, 64), r(64, 64)
+    big = r(1024, 1024)
+    return {
+        "add": ("add.Tensor", lambda: (a, b), torch.add),
+        "mul": ("mul.Tensor", lambda: (a, b), torch.mul),
+        "relu": ("relu", lambda: (a,), torch.relu),
+        "mm": ("mm", lambda: (a, b), torch.mm),
+        "softmax": ("_softmax", lambda: (a, -1, False), torch.ops.aten._softmax),
+        "sum_dim": ("sum.dim_IntList", lambda: (a, [1]), torch.sum),
+        "add_1M": ("add.Tensor", lambda: (big, big), torch.add),
+        "mm_1k": ("mm", lambda: (big, big), torch.mm),
+    }
+
+
+def batch(fn: Callable, args: tuple, calls: int, sync: bool) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    if sync:
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def interleaved(variants: dict[str, tuple[Callable, tuple]], reps: int, calls: int, sync: bool):
+    for fn, args in variants.values():  # warm-up: compile, tune
+        for _ in range(3):
+            fn(*args)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    names = list(variants)
+    for rep in range(reps):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            fn, args = variants[name]
+            times[name].append(batch(fn, args, calls, sync))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--ops", default="")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("flaggems_overhead: skipped, no CUDA device")
+        return 0
+    import torch_fl
+    from torch_fl import flaggems, routing
+
+    if torch_fl.build_config.ACCELERATOR != "cuda":
+        print("flaggems_overhead: skipped, torch_fl is not a cuda build")
+        return 0
+    try:
+        gems = flaggems.load()
+    except Exception as exc:
+        print(f"flaggems_overhead: skipped, FlagGems is not importable: {exc}")
+        return 0
+    print(
+        f"torch {torch.__version__}, flag-gems {gems.__version__} ({gems.vendor_name}), "
+        f"{torch.cuda.get_device_name(0)}; medians of {args.reps} batches of {args.calls} calls"
+    )
+    native, flagos = cases("cuda"), cases("flagos")
+    wanted = [k for k in native if not args.ops or k in args.ops.split(",")]
+    print(f"{'op':<10} {'direct us':>10} {'route us':>10} {'extra us':>9}   "
+          f"{'cuda us':>9} {'flagos+FG us':>12} {'ratio':>6}")  # fmt: skip
+    extras, ratios = [], []
+    for name in wanted:
+        op, make_native, torch_fn = native[name]
+        _, make_flagos, _ = flagos[name]
+        canonical = routing._canonical(op)
+        try:
+            direct_fn = flaggems.resolve(canonical)
+        except Exception as exc:
+            print(f"{name:<10} skipped: {exc}")
+            continue
+        flaggems.install([canonical])
+        try:
+            with routing.route(canonical, "flagos_python"):
+                host = interleaved(
+                    {
+                        "direct": (direct_fn, make_native()),
+                        "route": (torch_fn, make_flagos()),
+                    },
+                    args.reps,
+                    args.calls,
+                    sync=False,
+                )
+                wall = interleaved(
+                    {"cuda": (torch_fn, make_native()), "flagos": (torch_fn, make_flagos())},
+                    args.reps,
+                    args.calls,
+                    sync=True,
+                )
+        except Exception as exc:
+            print(f"{name:<10} failed: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        extra = host["route"] - host["direct"]
+        ratio = wall["flagos"] / wall["cuda"]
+        extras.append(extra)
+        ratios.append(ratio)
+        print(
+            f"{name:<10} {host['direct']:>10.2f} {host['route']:>10.2f} {extra:>9.2f}   "
+            f"{wall['cuda']:>9.2f} {wall['flagos']:>12.2f} {ratio:>6.2f}"
+        )
+    if extras:
+        print(
+            f"route overhead: median {statistics.median(extras):.2f} us per call "
+            f"(target <= 5 us); flagos+FlagGems / cuda: geometric mean "
+            f"{statistics.geometric_mean(ratios):.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

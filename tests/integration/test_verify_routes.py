@@ -1,0 +1,106 @@
+"""python -m torch_fl.tools.verify_routes end to end on the cpu accelerator, against the fake
+FlagGems of tests/fixtures: a matching kernel is routed, a wrong one is kept with the failing
+case named, a slow one with how much slower, views and CompositeImplicit operators are never
+routed, and --resume continues from the state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+FAKE = REPO_ROOT / "tests" / "fixtures" / "fake_flag_gems"
+OPS = "add.Tensor,add.out,sub.Tensor,neg,transpose.int,pad,sqrt,relu"
+
+
+def tool(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{FAKE}")
+    env.pop("GEMS_VENDOR", None)
+    args = [
+        sys.executable, "-m", "torch_fl.tools.verify_routes",
+        "--out", str(tmp / "backends_flaggems.conf"),
+        "--json", str(tmp / "report.json"),
+        "--state", str(tmp / "state.jsonl"),
+        "--no-opinfo", "--reps", "5", "--dtypes", "float32,bfloat16",
+        # CPU timing of Python kernels is noisy at these sizes; the slow fake is 2 ms a call.
+        "--slower-tolerance", "5",
+        *extra,
+    ]  # fmt: skip
+    return subprocess.run(args, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    tmp = tmp_path_factory.mktemp("verify")
+    result = tool(tmp, "--ops", OPS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return tmp, result
+
+
+def test_conf_routes_matching_operators_only(first_run) -> None:
+    tmp, _ = first_run
+    text = (tmp / "backends_flaggems.conf").read_text()
+    routed = sorted(
+        line.split(" = ")[0] for line in text.splitlines() if line.endswith("= flagos_python")
+    )
+    assert routed == ["add.Tensor", "add.out", "relu"]
+
+
+def test_conf_header_gives_provenance_and_reasons(first_run) -> None:
+    tmp, _ = first_run
+    text = (tmp / "backends_flaggems.conf").read_text()
+    assert "python -m torch_fl.tools.verify_routes" in text
+    assert "flag-gems 0.0.fake" in text and "torch " in text and "triton" in text
+    reasons = {line.split()[1]: line for line in text.splitlines() if line.startswith("#   ")}
+    assert "mismatch: sample 0, float32, transposed" in reasons["sub.Tensor"]
+    assert "slower by" in reasons["neg"] and "us per call" in reasons["neg"]
+    assert "view:" in reasons["transpose.int"]
+    assert "composite: CompositeImplicitAutograd" in reasons["pad"]
+    assert "missing:" in reasons["sqrt"]
+
+
+def test_conf_is_a_valid_table(first_run) -> None:
+    import torch_fl  # noqa: F401
+    from torch_fl import routing
+
+    tmp, _ = first_run
+    lines = routing.parse_table(tmp / "backends_flaggems.conf")
+    assert {op for op, route, *_ in lines} == {"aten::add.Tensor", "aten::add.out", "aten::relu"}
+
+
+def test_json_report(first_run) -> None:
+    tmp, _ = first_run
+    report = json.loads((tmp / "report.json").read_text())
+    results = report["results"]
+    assert results["aten::add.Tensor"]["decision"] == "flagos_python"
+    assert results["aten::add.Tensor"]["cases"] >= 5
+    assert set(results["aten::add.Tensor"]["timing"]) == {"ref_us", "flagos_python_us", "case"}
+    assert results["aten::sub.Tensor"]["category"] == "mismatch"
+    assert report["reference_route"] == "cpu_fallback" and report["pending"] == []
+
+
+def test_resume_keeps_results_and_marks_a_crashed_operator(tmp_path: Path, first_run) -> None:
+    tmp, _ = first_run
+    state = (tmp / "state.jsonl").read_text()
+    # A run that died while verifying mul.Tensor: a start without a result.
+    (tmp_path / "state.jsonl").write_text(state + '{"op": "aten::mul.Tensor", "event": "start"}\n')
+    result = tool(tmp_path, "--ops", OPS + ",mul.Tensor", "--resume")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "add.Tensor:" not in result.stdout  # not verified again
+    text = (tmp_path / "backends_flaggems.conf").read_text()
+    assert "mul.Tensor" in text and "crashed: the process died" in text
+    assert "add.Tensor = flagos_python" in text
+
+
+def test_time_budget_leaves_operators_pending(tmp_path: Path) -> None:
+    result = tool(tmp_path, "--ops", "add.Tensor,relu", "--time-budget", "0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (tmp_path / "backends_flaggems.conf").read_text()
+    assert "not-verified: the run's time budget ran out" in text
+    assert "= flagos_python" not in text

@@ -1,0 +1,54 @@
+"""The routing table verify_routes writes: a header saying how it was made and why each
+FlagGems operator not routed to it stays on the reference route, then one
+`<op> = flagos_python` line per operator that matched and was not slower."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+GRAMMAR = "# Grammar: <op>.<overload> = <route> | include <file> | # comment; later lines win."
+
+
+def short(op: str) -> str:
+    return op.removeprefix("aten::")
+
+
+def render(
+    results: Mapping[str, Mapping[str, Any]],
+    pending: list[str],
+    provenance: list[str],
+    ref_route: str,
+) -> str:
+    routed = sorted(op for op, r in results.items() if r["decision"] == "flagos_python")
+    kept = sorted(op for op, r in results.items() if r["decision"] != "flagos_python")
+    lines = [
+        "# Routing table of builds with FlagGems (FLAGOS_BUILD_FLAGGEMS=1): the operators FlagGems",
+        "# serves on the flagos_python route. Written by verify_routes; do not edit by hand,",
+        "# regenerate it (docs/installation/flaggems.md).",
+        "#",
+        *[f"# {line}" if line else "#" for line in provenance],
+        "#",
+        f"# Routed to flagos_python: {len(routed)}. Kept on {ref_route} (not listed below, so",
+        f"# they take the default route): {len(kept) + len(pending)}, with the reason:",
+        "#",
+    ]
+    width = max((len(short(op)) for op in kept + pending), default=0)
+    for op in kept:
+        r = results[op]
+        lines.append(f"#   {short(op):<{width}}  {r['category']}: {r['detail']}")
+    for op in sorted(pending):
+        lines.append(f"#   {short(op):<{width}}  not-verified: the run's time budget ran out")
+    lines += ["#", GRAMMAR, ""]
+    lines += [f"{short(op)} = flagos_python" for op in routed]
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path, text: str) -> None:
+    """Atomically, so a run killed mid-write leaves the previous table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
