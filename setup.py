@@ -95,6 +95,7 @@ class CMakeBuild(build_ext):
         jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
         subprocess.check_call(["cmake", *cmake_args])
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
+        _check_one_cxx_runtime(package_dir / "lib" / "libtorch_fl_core.so")
         if ext_path.parent != package_dir:
             ext_path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(package_dir / ext_path.name, ext_path)
@@ -104,6 +105,32 @@ class CMakeBuild(build_ext):
                     package_dir / "lib_dcu", ext_path.parent / "lib_dcu", dirs_exist_ok=True
                 )
             shutil.copy2(package_dir / "_build_config.py", ext_path.parent / "_build_config.py")
+
+
+def _check_one_cxx_runtime(library: Path) -> None:
+    """Refuses a core that carries its own copy of libstdc++ internals.
+
+    Some toolchains (a newer GCC whose libstdc++ is not the one the process loads, or one
+    configured to link parts of it statically) put libstdc++'s locale machinery into the
+    library; beside torch's shared libstdc++ its facet ids disagree, and formatting a number
+    into an error message then crashes. Seen with CXX=/opt/gcc/bin/g++ on a GPU image.
+    """
+    nm = shutil.which("nm")
+    if nm is None or not library.is_file():
+        return
+    symbols = subprocess.run(
+        [nm, "-C", "--defined-only", str(library)], capture_output=True, text=True, check=False
+    ).stdout
+    if " std::locale::" not in symbols:
+        return
+    cxx = os.environ.get("CXX", "c++")
+    raise RuntimeError(
+        f"{library.name} was linked with parts of the C++ runtime of {cxx} inside it, beside "
+        "the shared libstdc++ torch uses; it would crash when formatting error messages. "
+        "Build with the compiler that matches the system libstdc++, e.g. "
+        "CXX=/usr/bin/g++ CC=/usr/bin/gcc pip install --no-build-isolation -e . "
+        "(remove the build/ folder first)"
+    )
 
 
 setup(

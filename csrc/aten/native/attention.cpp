@@ -25,6 +25,15 @@ at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
   return native.defined() ? flagos_from_native(native, index) : native;
 }
 
+// Tensors without real flagos memory behind them (FakeTensor while torch.compile traces,
+// functional wrappers) cannot be aliased to the native device.
+bool has_real_memory(const at::Tensor& t) {
+  // Functionality keys only: a backend key here would match every dense tensor.
+  constexpr auto kWrapperKeys =
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize});
+  return t.has_storage() && !t.key_set().has_any(kWrapperKeys);
+}
+
 bool head_dims_multiple_of_8(const at::Tensor& query, const at::Tensor& value) {
   return query.size(-1) % 8 == 0 && value.size(-1) % 8 == 0;
 }
@@ -36,7 +45,8 @@ bool head_dims_multiple_of_8(const at::Tensor& query, const at::Tensor& value) {
 // one answer needs adjusting: SDPA runs "flash" on a non-native device through its CPU
 // variant, so on a device accelerator flash is reached through the overrideable backend below
 // (which calls the native flash kernels). Flash inputs whose head dimension needs padding go
-// to math, as SDPA pads only for the native device.
+// to math, as SDPA pads only for the native device. While torch.compile traces (fake tensors)
+// the answer is math: Inductor lowers it, with its own attention fusion.
 int64_t fused_sdp_choice(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -46,6 +56,10 @@ int64_t fused_sdp_choice(
     bool is_causal,
     std::optional<double> scale,
     bool enable_gqa) {
+  if (!has_real_memory(query) || !has_real_memory(key) || !has_real_memory(value)) {
+    // Tracing: the unfused form is what every compiler backend can lower.
+    return static_cast<int64_t>(at::SDPBackend::math);
+  }
   c10::DeviceGuard guard(query.device());
   const auto choice = at::_ops::_fused_sdp_choice::call(
       native_alias(query),

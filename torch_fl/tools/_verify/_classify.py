@@ -34,12 +34,21 @@ def never_routed(op: str) -> tuple[str, str] | None:
     )
     if is_view(overload):
         return "view", "a view operator: served by flagos' own view kernels"
-    if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
+    try:
+        composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeImplicitAutograd"
+        )
+        reaches = routing.reaches_router(op)
+    except RuntimeError as err:
+        # Python knows the overload but the dispatcher has no such operator (seen with
+        # aten::copysign on torch 2.11): nothing can route it.
+        return "missing", f"the dispatcher of torch {torch.__version__} has no {name} ({err})"
+    if composite:
         return "composite", (
             "CompositeImplicitAutograd: a kernel would bypass its decomposition and autograd"
         )
     if torch.Tag.nondeterministic_seeded in overload.tags:
         return "random", "a random operator: its results cannot be compared"
-    if not routing.reaches_router(op):
+    if not reaches:
         return "not-routed", "its calls never reach the router (flagos or composite kernel)"
     return None
