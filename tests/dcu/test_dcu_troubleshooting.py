@@ -171,3 +171,28 @@ def test_multicard_reads_the_build_record(tmp_path: Path) -> None:
         package,
     )
     assert "WARNED True" in result.stdout, result.stderr
+
+
+def test_flaggems_import_on_dcu_checks_for_the_hcu_triton_first(tmp_path: Path) -> None:
+    # The lazy FlagGems import of a dcu build refuses a stock Triton with the FlagTree command,
+    # before touching flag_gems (a fake one here records whether it was imported).
+    site = _fake_triton(tmp_path, ["nvidia", "amd"])
+    (site / "flag_gems").mkdir()
+    (site / "flag_gems" / "__init__.py").write_text("raise SystemExit('flag_gems was imported')\n")
+    script = (
+        "import sys, types\n"
+        f"sys.path.insert(0, {str(site)!r})\n"
+        "import torch_fl\n"
+        "from torch_fl.flaggems import _import\n"
+        "torch_fl.build_config.ACCELERATOR = 'dcu'  # the record of a dcu build\n"
+        "try:\n"
+        "    _import.load('aten::relu')\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert "ERROR Triton: No backend registered for 'hcu'" in proc.stdout, proc.stderr[-2000:]
+    assert "flagtree===" in proc.stdout
+    assert "flag_gems was imported" not in proc.stdout + proc.stderr

@@ -55,12 +55,24 @@ def load(needed_by: str | None = None) -> ModuleType:
         return _module
     with _lock:
         if _module is None:
+            _check_vendor_triton()
             set_default_vendor()
             try:
                 _module = importlib.import_module("flag_gems")
             except ImportError as exc:
                 raise FlagGemsMissing(_missing_message(needed_by, exc)) from exc
     return _module
+
+
+def _check_vendor_triton() -> None:
+    """On DCU, FlagGems' kernels need FlagTree's Triton (the `hcu` backend): say so, with the
+    install command, before FlagGems fails somewhere deep in its import."""
+    from torch_fl import build_config
+
+    if getattr(build_config, "ACCELERATOR", "") == "dcu":
+        from torch_fl.vendor import dcu
+
+        dcu.ensure_hcu_triton_once()
 
 
 def _missing_message(needed_by: str | None, exc: ImportError) -> str:
