@@ -1,10 +1,11 @@
 #include "aten/routing/router.h"
 
+#include "aten/fast/registry.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/record_function.h>
-#include <torch/library.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -20,7 +21,8 @@ extern char** environ;
 namespace torch_fl::routing {
 namespace {
 
-constexpr const char* kRouteNames[kNumRoutes] = {"cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
+constexpr const char* kRouteNames[kNumRoutes] = {
+    "cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
 // Profiler event names: traces show each flagos operator's route nested under the operator.
 constexpr const char* kEventNames[kNumRoutes] = {
     "flagos::cpu_fallback", "flagos::cuda", "flagos::flagos_python", "flagos::flaggems_cpp"};
@@ -66,14 +68,14 @@ std::string check_op(const std::string& canonical) {
   std::sort(overloads.begin(), overloads.end());
   if (overloads.empty()) {
     return "the installed torch " + torch_version() + " has no operator '" + base +
-        "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
+           "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
   }
   std::string list;
   for (const auto& o : overloads) {
     list += (list.empty() ? "" : ", ") + o;
   }
-  return "the installed torch " + torch_version() + " has no such overload; overloads of " +
-      base + ": " + list;
+  return "the installed torch " + torch_version() + " has no such overload; overloads of " + base +
+         ": " + list;
 }
 
 std::string join_routes() {
@@ -258,6 +260,18 @@ class Cache {
 
 thread_local Cache t_cache;
 
+// Recomputes the route the fast kernels serve from the gates that force the boxed path.
+// Called after every change of a gate; the lock makes the last caller read the last values.
+void update_fast_route() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto route = alias_route();
+  const bool blocked = g_log.load(std::memory_order_relaxed) != 0 ||
+                       g_force_copy.load(std::memory_order_relaxed) || !route.has_value();
+  detail::g_fast_route.store(
+      blocked ? kNoFastRoute : static_cast<uint8_t>(*route), std::memory_order_relaxed);
+}
+
 OpEntry& lookup(const c10::OperatorHandle& op) {
   const void* key = &op.operator_name();
   if (OpEntry* e = t_cache.find(key); C10_LIKELY(e != nullptr)) {
@@ -284,7 +298,6 @@ std::string env_name_for(const std::string& canonical) {
   }
   return kOpEnvPrefix + out;
 }
-
 
 void log_call(OpEntry& e, Route r) {
   const uint32_t flags = g_log.load(std::memory_order_relaxed);
@@ -360,8 +373,7 @@ std::string resolve_name(const std::string& text, const std::string& what) {
 std::string op_from_env_name(const std::string& variable, const std::string& encoded) {
   std::vector<std::string> found;
   auto consider = [&](const std::string& canonical) {
-    if (find_op(canonical) &&
-        std::find(found.begin(), found.end(), canonical) == found.end()) {
+    if (find_op(canonical) && std::find(found.begin(), found.end(), canonical) == found.end()) {
       found.push_back(canonical);
     }
   };
@@ -387,8 +399,12 @@ std::string op_from_env_name(const std::string& variable, const std::string& enc
     for (const auto& f : found) {
       list += (list.empty() ? "" : ", ") + f;
     }
-    TORCH_CHECK(false, variable, " is ambiguous: it could name ", list,
-                "; use torch_fl.routing.set_route for one of them");
+    TORCH_CHECK(
+        false,
+        variable,
+        " is ambiguous: it could name ",
+        list,
+        "; use torch_fl.routing.set_route for one of them");
   }
   return found.front();
 }
@@ -402,7 +418,8 @@ bool parse_bool(const char* variable, const char* raw) {
   if (v.empty() || v == "0" || v == "off" || v == "false" || v == "no") {
     return false;
   }
-  TORCH_CHECK(false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
+  TORCH_CHECK(
+      false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
 }
 
 uint32_t parse_log(const char* raw) {
@@ -426,8 +443,13 @@ uint32_t parse_log(const char* raw) {
     } else if (item == "all") {
       flags |= kLogDispatchAll | kLogFallback;
     } else if (!item.empty()) {
-      TORCH_CHECK(false, "FLAGOS_LOG='", raw, "': unknown value '", item,
-                  "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
+      TORCH_CHECK(
+          false,
+          "FLAGOS_LOG='",
+          raw,
+          "': unknown value '",
+          item,
+          "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
     }
     pos = comma + 1;
   }
@@ -445,9 +467,20 @@ std::unordered_set<std::string>& direct_kernels() {
   return *names;
 }
 
+// Operators registered with an unboxed fast kernel (which boxes into route_call whenever the
+// operator's route is not the zero-copy one).
+std::vector<std::string>& fast_kernels() {
+  static auto* names = new std::vector<std::string>();
+  return *names;
+}
+
 void register_direct_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // FLAGOS_FAST_PATH=0 registers the boxed router for every operator (for comparison and
+    // as an escape hatch should a fast kernel misbehave).
+    const char* fast_env = std::getenv("FLAGOS_FAST_PATH");
+    const bool use_fast = fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", fast_env);
     auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
         torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     const auto native_key = accelerator().native_dispatch_key();
@@ -463,8 +496,14 @@ void register_direct_kernels() {
         continue;
       }
       const auto canonical = canonical_name(name);
-      lib->impl(
-          canonical.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&route_call>());
+      const fast::Kernel* kernel = use_fast ? fast::find(canonical) : nullptr;
+      if (kernel != nullptr) {
+        lib->impl(canonical.substr(6).c_str(), kernel->make());
+        fast_kernels().push_back(canonical);
+      } else {
+        lib->impl(
+            canonical.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&route_call>());
+      }
       direct_kernels().insert(canonical);
     }
   });
@@ -532,8 +571,9 @@ std::string unavailable_reason(Route route) {
       return "";
 #else
       return "route 'cuda' needs a build with FLAGOS_BUILD_BOXING=1; this FLAGOS_ACCELERATOR=" +
-          accel + " build has no boxing route (rebuild with it, or use cpu_fallback or "
-          "flagos_python)";
+             accel +
+             " build has no boxing route (rebuild with it, or use cpu_fallback or "
+             "flagos_python)";
 #endif
     case Route::FlaggemsCpp:
       return "route 'flaggems_cpp' needs a build with FLAGOS_BUILD_FLAGGEMS_CPP=1 (the FlagGems "
@@ -550,6 +590,37 @@ Route default_route() {
   }
 #endif
   return Route::CpuFallback;
+}
+
+namespace detail {
+std::atomic<uint8_t> g_fast_route{kNoFastRoute};
+} // namespace detail
+
+std::optional<Route> alias_route() {
+  if (!is_device_accelerator()) {
+    return Route::CpuFallback;
+  }
+#ifdef FLAGOS_BUILD_BOXING
+  return Route::Cuda;
+#else
+  return std::nullopt;
+#endif
+}
+
+std::vector<std::string> fast_operators() {
+  auto out = fast_kernels();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const char* route_event_name(Route route) {
+  return kEventNames[static_cast<size_t>(route)];
+}
+
+OpEntry& entry_of(const c10::OperatorHandle& op) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.entry(op);
 }
 
 void set_python_route(PythonRoute route) {
@@ -574,13 +645,19 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       return;
     case Route::Cuda:
       call_native(
-          op, e.plan, stack, accelerator().native_dispatch_key(), Mapping::Alias,
+          op,
+          e.plan,
+          stack,
+          accelerator().native_dispatch_key(),
+          Mapping::Alias,
           e.has_native_kernel);
       return;
     case Route::FlagosPython: {
       auto python = g_python_route.load(std::memory_order_acquire);
-      TORCH_CHECK(python != nullptr, e.name,
-                  " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
+      TORCH_CHECK(
+          python != nullptr,
+          e.name,
+          " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
       python(e, stack);
       return;
     }
@@ -604,8 +681,18 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
   if (check_available) {
     for (const auto& e : entries) {
       const auto why = unavailable_reason(*route_from_name(e.route));
-      TORCH_CHECK(why.empty(), "routing table error: ", e.file, ":", e.line, ": ", e.op, " = ",
-                  e.route, ": ", why);
+      TORCH_CHECK(
+          why.empty(),
+          "routing table error: ",
+          e.file,
+          ":",
+          e.line,
+          ": ",
+          e.op,
+          " = ",
+          e.route,
+          ": ",
+          why);
     }
   }
   return entries;
@@ -649,6 +736,7 @@ void load(const std::string& path, const std::string& origin) {
   s.loaded = true;
   g_log.store(log, std::memory_order_relaxed);
   g_strict.store(strict_mode, std::memory_order_relaxed);
+  update_fast_route();
   for (auto* e : s.all) {
     s.resolve(*e);
   }
@@ -766,6 +854,7 @@ bool strict() {
 
 void set_log_flags(uint32_t flags) {
   g_log.store(flags, std::memory_order_relaxed);
+  update_fast_route();
 }
 
 uint32_t log_flags() {
@@ -774,6 +863,7 @@ uint32_t log_flags() {
 
 void set_force_copy_fallback(bool force) {
   g_force_copy.store(force, std::memory_order_relaxed);
+  update_fast_route();
 }
 
 bool force_copy_fallback() {
