@@ -34,6 +34,7 @@ __all__ = [
     "active_table",
     "available_routes",
     "default_route",
+    "fast_operators",
     "get_route",
     "overrides",
     "python_kernels",
@@ -209,6 +210,13 @@ def route_counts() -> dict[str, int]:
     """route -> how many operators it serves, over the aten operators that reach the router
     under their own name (those with a CPU or native-device kernel)."""
     return _C._routing_route_counts()
+
+
+def fast_operators() -> list[str]:
+    """Operators served by an unboxed fast kernel: on the build's zero-copy route (cpu_fallback
+    on the cpu accelerator, cuda on a device accelerator) they skip the boxed router; on any
+    other route they behave exactly as boxed operators. Empty with FLAGOS_FAST_PATH=0."""
+    return _C._routing_fast_operators()
 
 
 def reaches_router(op: str) -> bool:

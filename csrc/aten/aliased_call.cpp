@@ -1,6 +1,7 @@
 #include "aten/aliased_call.h"
 
 #include "aten/alias.h"
+#include "aten/device_check.h"
 #include "runtime/accelerator.h"
 #include "runtime/generator.h"
 
@@ -52,71 +53,6 @@ std::optional<ArgPlan::Kind> kind_of(const c10::TypePtr& type) {
       return std::nullopt;
   }
 }
-
-// Finds the flagos device of the call and rejects mixed devices the way native backends do:
-// only 0-dim CPU tensors (and CPU index tensors in Tensor?[] arguments) may join flagos ones.
-class DeviceCheck {
- public:
-  explicit DeviceCheck(const c10::OperatorHandle& op) : op_(op) {}
-
-  void see(const at::Tensor& t, uint16_t arg, bool cpu_allowed) {
-    if (!t.defined()) {
-      return;
-    }
-    const auto device = t.device();
-    if (device.type() == c10::DeviceType::PrivateUse1) {
-      if (index_ < 0) {
-        index_ = device.index();
-      } else if (device.index() != index_) {
-        fail(device, arg);
-      }
-      return;
-    }
-    if (device.type() == c10::DeviceType::CPU && (cpu_allowed || t.dim() == 0)) {
-      return;
-    }
-    if (!stray_) {
-      stray_ = device;
-      stray_arg_ = arg;
-    }
-  }
-
-  void see_device(const c10::Device& device) {
-    if (index_ < 0 && device.type() == c10::DeviceType::PrivateUse1 && device.index() >= 0) {
-      index_ = device.index();
-    }
-  }
-
-  c10::DeviceIndex finish() {
-    if (index_ < 0) {
-      index_ = accelerator().guard().getDevice().index();
-    }
-    if (stray_) {
-      fail(*stray_, stray_arg_);
-    }
-    return index_;
-  }
-
- private:
-  [[noreturn]] void fail(const c10::Device& other, uint16_t arg) {
-    TORCH_CHECK(
-        false,
-        "Expected all tensors to be on the same device, but found at least two devices, flagos:",
-        static_cast<int>(index_),
-        " and ",
-        other,
-        "! (argument '",
-        op_.schema().arguments()[arg].name(),
-        "' of ",
-        op_.schema().operator_name(),
-        ")");
-  }
-
-  const c10::OperatorHandle& op_;
-  c10::DeviceIndex index_ = -1;
-  std::optional<c10::Device> stray_;
-  uint16_t stray_arg_ = 0;
-};
 
 at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
   if (mapping == Mapping::Alias) {

@@ -212,6 +212,7 @@ void init_routing_bindings(py::module_& m) {
   m.def("_routing_stats", &routing::stats);
   m.def("_routing_route_counts", &routing::route_counts);
   m.def("_routing_routed_operators", &routing::routed_operators);
+  m.def("_routing_fast_operators", &routing::fast_operators);
   m.def("_routing_reaches_router", &routing::reaches_router);
   m.def("_routing_reset_stats", &routing::reset_stats);
   m.def("_routing_set_strict", &routing::set_strict);

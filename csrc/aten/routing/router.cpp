@@ -1,5 +1,6 @@
 #include "aten/routing/router.h"
 
+#include "aten/fast/registry.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/record_function.h>
@@ -258,6 +259,18 @@ class Cache {
 
 thread_local Cache t_cache;
 
+// Recomputes the route the fast kernels serve from the gates that force the boxed path.
+// Called after every change of a gate; the lock makes the last caller read the last values.
+void update_fast_route() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto route = alias_route();
+  const bool blocked = g_log.load(std::memory_order_relaxed) != 0 ||
+                       g_force_copy.load(std::memory_order_relaxed) || !route.has_value();
+  detail::g_fast_route.store(
+      blocked ? kNoFastRoute : static_cast<uint8_t>(*route), std::memory_order_relaxed);
+}
+
 OpEntry& lookup(const c10::OperatorHandle& op) {
   const void* key = &op.operator_name();
   if (OpEntry* e = t_cache.find(key); C10_LIKELY(e != nullptr)) {
@@ -445,9 +458,20 @@ std::unordered_set<std::string>& direct_kernels() {
   return *names;
 }
 
+// Operators registered with an unboxed fast kernel (which boxes into route_call whenever the
+// operator's route is not the zero-copy one).
+std::vector<std::string>& fast_kernels() {
+  static auto* names = new std::vector<std::string>();
+  return *names;
+}
+
 void register_direct_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // FLAGOS_FAST_PATH=0 registers the boxed router for every operator (for comparison and
+    // as an escape hatch should a fast kernel misbehave).
+    const char* fast_env = std::getenv("FLAGOS_FAST_PATH");
+    const bool use_fast = fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", fast_env);
     auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
         torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     const auto native_key = accelerator().native_dispatch_key();
@@ -463,8 +487,14 @@ void register_direct_kernels() {
         continue;
       }
       const auto canonical = canonical_name(name);
-      lib->impl(
-          canonical.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&route_call>());
+      const fast::Kernel* kernel = use_fast ? fast::find(canonical) : nullptr;
+      if (kernel != nullptr) {
+        lib->impl(canonical.substr(6).c_str(), kernel->make());
+        fast_kernels().push_back(canonical);
+      } else {
+        lib->impl(
+            canonical.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&route_call>());
+      }
       direct_kernels().insert(canonical);
     }
   });
@@ -550,6 +580,37 @@ Route default_route() {
   }
 #endif
   return Route::CpuFallback;
+}
+
+namespace detail {
+std::atomic<uint8_t> g_fast_route{kNoFastRoute};
+} // namespace detail
+
+std::optional<Route> alias_route() {
+  if (!is_device_accelerator()) {
+    return Route::CpuFallback;
+  }
+#ifdef FLAGOS_BUILD_BOXING
+  return Route::Cuda;
+#else
+  return std::nullopt;
+#endif
+}
+
+std::vector<std::string> fast_operators() {
+  auto out = fast_kernels();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const char* route_event_name(Route route) {
+  return kEventNames[static_cast<size_t>(route)];
+}
+
+OpEntry& entry_of(const c10::OperatorHandle& op) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.entry(op);
 }
 
 void set_python_route(PythonRoute route) {
@@ -649,6 +710,7 @@ void load(const std::string& path, const std::string& origin) {
   s.loaded = true;
   g_log.store(log, std::memory_order_relaxed);
   g_strict.store(strict_mode, std::memory_order_relaxed);
+  update_fast_route();
   for (auto* e : s.all) {
     s.resolve(*e);
   }
@@ -766,6 +828,7 @@ bool strict() {
 
 void set_log_flags(uint32_t flags) {
   g_log.store(flags, std::memory_order_relaxed);
+  update_fast_route();
 }
 
 uint32_t log_flags() {
@@ -774,6 +837,7 @@ uint32_t log_flags() {
 
 void set_force_copy_fallback(bool force) {
   g_force_copy.store(force, std::memory_order_relaxed);
+  update_fast_route();
 }
 
 bool force_copy_fallback() {

@@ -65,6 +65,32 @@ FLAGOS_API void set_python_route(PythonRoute route);
 // The hot path: runs `op` through its route.
 FLAGOS_API void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// The entry of an operator (created on first use; entries live for the process).
+FLAGOS_API OpEntry& entry_of(const c10::OperatorHandle& op);
+
+// Profiler event name of a route ("flagos::<route>").
+FLAGOS_API const char* route_event_name(Route route);
+
+// ---- unboxed fast kernels (csrc/aten/fast/) ----
+//
+// Hot operators have unboxed PrivateUse1 kernels that run the accelerator's zero-copy route
+// themselves (cpu_fallback on the cpu accelerator, cuda on a device accelerator) and hand every
+// other route to route_call. fast_route() is the route they serve right now, or kNoFastRoute
+// while something needs every call to take the boxed path (dispatch logging, the copy-fallback
+// test hook): one relaxed load, compared with the operator's route on every call.
+constexpr uint8_t kNoFastRoute = 0xFF;
+namespace detail {
+FLAGOS_API extern std::atomic<uint8_t> g_fast_route;
+} // namespace detail
+inline uint8_t fast_route() {
+  return detail::g_fast_route.load(std::memory_order_relaxed);
+}
+// The zero-copy route of this build, whatever the gates say (nullopt: none, e.g. a device
+// accelerator built without FLAGOS_BUILD_BOXING).
+FLAGOS_API std::optional<Route> alias_route();
+// Operators served by a fast kernel in this process (empty with FLAGOS_FAST_PATH=0).
+FLAGOS_API std::vector<std::string> fast_operators();
+
 // ---- configuration (all throw c10::Error with a message naming file, line or variable) ----
 
 // Parses a table, checking operator names against the installed torch and, when

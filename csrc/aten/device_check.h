@@ -1,0 +1,85 @@
+#pragma once
+
+#include "macros.h"
+
+// The device check of a flagos operator call, shared by the boxed router and the unboxed fast
+// kernels so both reject the same calls with the same message.
+//
+// Finds the flagos device of the call and rejects mixed devices the way native backends do:
+// only 0-dim CPU tensors (and CPU index tensors in Tensor?[] arguments) may join flagos ones.
+
+#include "runtime/accelerator.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+
+namespace torch_fl {
+
+class DeviceCheck {
+ public:
+  explicit DeviceCheck(const c10::OperatorHandle& op) : op_(op) {}
+
+  // `arg` is the argument's index in the schema (named in the error message).
+  void see(const at::Tensor& t, uint16_t arg, bool cpu_allowed) {
+    if (!t.defined()) {
+      return;
+    }
+    const auto device = t.device();
+    if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
+      if (index_ < 0) {
+        index_ = device.index();
+      } else if (C10_UNLIKELY(device.index() != index_)) {
+        fail(device, arg);
+      }
+      return;
+    }
+    if (device.type() == c10::DeviceType::CPU && (cpu_allowed || t.dim() == 0)) {
+      return;
+    }
+    if (!stray_) {
+      stray_ = device;
+      stray_arg_ = arg;
+    }
+  }
+
+  void see_device(const c10::Device& device) {
+    if (index_ < 0 && device.type() == c10::DeviceType::PrivateUse1 && device.index() >= 0) {
+      index_ = device.index();
+    }
+  }
+
+  // The call's flagos device index (the current device when no argument names one).
+  c10::DeviceIndex finish() {
+    if (index_ < 0) {
+      index_ = accelerator().guard().getDevice().index();
+    }
+    if (C10_UNLIKELY(stray_.has_value())) {
+      fail(*stray_, stray_arg_);
+    }
+    return index_;
+  }
+
+ private:
+  [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {
+    TORCH_CHECK(
+        false,
+        "Expected all tensors to be on the same device, but found at least two devices, flagos:",
+        static_cast<int>(index_),
+        " and ",
+        other,
+        "! (argument '",
+        op_.schema().arguments()[arg].name(),
+        "' of ",
+        op_.schema().operator_name(),
+        ")");
+  }
+
+  const c10::OperatorHandle& op_;
+  c10::DeviceIndex index_ = -1;
+  std::optional<c10::Device> stray_;
+  uint16_t stray_arg_ = 0;
+};
+
+} // namespace torch_fl

@@ -1,0 +1,57 @@
+#include "aten/fast/fast_kernel.h"
+
+namespace torch_fl::fast {
+
+Target make_target() {
+  auto& accel = accelerator();
+  return Target{c10::DispatchKeySet(accel.native_dispatch_key()), accel.native_device_type()};
+}
+
+OpInfo make_info(const char* name, const char* overload, size_t num_args) {
+  OpInfo info;
+  const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  info.entry = &routing::entry_of(handle);
+  const auto& args = handle.schema().arguments();
+  // _ops signatures take one C++ argument per schema argument; anything else would shift the
+  // written mask and the argument names of device errors, so such an operator stays boxed.
+  if (args.size() != num_args || num_args > 64) {
+    return info;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* alias = args[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      info.written |= uint64_t{1} << i;
+    }
+  }
+  const auto route = routing::alias_route();
+  info.usable =
+      route.has_value() && (*route == routing::Route::CpuFallback ? info.entry->has_cpu_kernel
+                                                                  : info.entry->has_native_kernel);
+  return info;
+}
+
+void RouteEvent::start(uint8_t route) {
+  auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
+  if (!callbacks) {
+    return;
+  }
+  event_.emplace(std::move(*callbacks));
+  if (event_->isActive()) {
+    event_->before(routing::route_event_name(static_cast<routing::Route>(route)));
+  }
+}
+
+at::Tensor Relabel::operator()(at::Tensor t) {
+  if (!t.defined() || t.device().type() != target().native_type) {
+    return t;
+  }
+  if (relabel_fresh_in_place(t, index_)) {
+    return t;
+  }
+  if (!relabeler_) {
+    relabeler_.emplace(index_);
+  }
+  return flagos_from_native(t, *relabeler_);
+}
+
+} // namespace torch_fl::fast
