@@ -1,0 +1,115 @@
+"""torch.compile speedup over eager for a transformer block, flagos against the native device.
+
+The same block (pre-norm attention + MLP, random weights) runs on flagos and on the native
+device (cuda on the cuda accelerator, plain CPU tensors on the cpu accelerator), each eager and
+compiled with the default Inductor backend, interleaved in one process (the order rotates every
+round), forward passes under no_grad. Reported: medians per pass, each device's speedup
+(eager / compiled) and the ratio of the speedups flagos/native (target on the H200: >= 0.95).
+Forward only: a native CUDA backward cannot run in a process where a PrivateUse1 backend is
+registered (pytorch/pytorch#161129).
+
+    python benchmarks/compile_speedup.py [--rounds 10] [--iters 20] [--size small|gpt2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_fl
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+SIZES = {"small": (4, 64, 128, 4), "gpt2": (8, 256, 768, 12)}  # batch, seq, dim, heads
+
+
+def _sync(device: str) -> None:
+    if device.startswith("flagos"):
+        torch.flagos.synchronize()
+    elif device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=20)
+    native_default = "cuda" if torch_fl.build_config.ACCELERATOR == "cuda" else "cpu"
+    parser.add_argument("--size", choices=sorted(SIZES), default=None)
+    args = parser.parse_args()
+    size = args.size or ("gpt2" if native_default == "cuda" else "small")
+    batch, seq, dim, heads = SIZES[size]
+
+    torch.manual_seed(0)
+    block = Block(dim, heads).eval()
+    x = torch.randn(batch, seq, dim)
+    runs = {}
+    for device in ("flagos", native_default):
+        model = copy.deepcopy(block).to(device)
+        inp = x.to(device)
+        runs[(device, "eager")] = (model, inp)
+        runs[(device, "compiled")] = (torch.compile(model), inp)
+
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    with torch.no_grad():
+        for key, (fn, inp) in runs.items():  # compile and warm up
+            for _ in range(3):
+                fn(inp)
+            _sync(key[0])
+        order = list(runs)
+        for r in range(args.rounds):
+            for key in order[r % len(order) :] + order[: r % len(order)]:
+                fn, inp = runs[key]
+                _sync(key[0])
+                start = time.perf_counter()
+                for _ in range(args.iters):
+                    fn(inp)
+                _sync(key[0])
+                times[key].append((time.perf_counter() - start) / args.iters * 1e3)
+
+    med = {key: statistics.median(v) for key, v in times.items()}
+    print(
+        f"torch {torch.__version__}, accelerator {torch_fl.build_config.ACCELERATOR}, block "
+        f"{size} (batch {batch}, seq {seq}, dim {dim}, heads {heads}), medians of "
+        f"{args.rounds} rounds x {args.iters} passes"
+    )
+    print(f"{'device':<8} {'eager ms':>10} {'compiled ms':>12} {'speedup':>8}")
+    speedups = {}
+    for device in ("flagos", native_default):
+        eager, compiled = med[(device, "eager")], med[(device, "compiled")]
+        speedups[device] = eager / compiled
+        print(f"{device:<8} {eager:>10.3f} {compiled:>12.3f} {speedups[device]:>8.3f}")
+    ratio = speedups["flagos"] / speedups[native_default]
+    print(f"ratio of speedups flagos/{native_default}: {ratio:.3f} (target >= 0.95)")
+    print(
+        f"compiled flagos / compiled {native_default} time: "
+        f"{med[('flagos', 'compiled')] / med[(native_default, 'compiled')]:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
