@@ -137,9 +137,17 @@ def test_non_blocking_copy_does_not_wait_for_the_stream() -> None:
     torch.testing.assert_close(dst, src.cpu())
 
 
+def _load_kernels(x: torch.Tensor) -> None:
+    # CUDA loads a kernel's module at its first launch (lazy loading), and loading can wait
+    # for the whole device; launch the kernels once before timing-sensitive checks.
+    (x * 2).relu().sum()
+    torch.flagos.synchronize()
+
+
 def test_record_stream_keeps_memory_for_the_side_stream() -> None:
     side = torch.flagos.Stream()
     x = torch.ones(1 << 20, device="flagos")
+    _load_kernels(x)
     ptr = x.data_ptr()
     with torch.flagos.stream(side):
         torch.cuda._sleep(int(2e8))
@@ -161,7 +169,7 @@ def test_invalid_device_index_is_rejected() -> None:
 def test_side_stream_work_leaves_the_default_stream_free() -> None:
     side = torch.flagos.Stream()
     x = torch.randn(1 << 20, device="flagos")
-    torch.flagos.synchronize()
+    _load_kernels(x)
     with torch.flagos.stream(side):
         torch.cuda._sleep(int(2e8))
         y = (x * 2).relu().sum()  # routed operators must queue on `side`, behind the sleep

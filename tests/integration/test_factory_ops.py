@@ -1,11 +1,18 @@
-"""Factory operators create tensors on flagos with the dtype, shape and values of CPU ones."""
+"""Factory operators create tensors on flagos with the dtype, shape and values of CPU ones.
+
+Where values depend on the device's own kernels (random streams, linspace rounding), the
+reference is the accelerator's native device: CPU on the cpu accelerator, cuda on the cuda one.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import torch_fl
+
 FLAGOS = torch.device("flagos", 0)
+NATIVE = "cuda" if torch_fl.build_config.ACCELERATOR == "cuda" else "cpu"
 
 ALL_DTYPES = [
     torch.float32,
@@ -84,12 +91,12 @@ def test_arange(args: tuple, kwargs: dict) -> None:
 def test_linspace_logspace(dtype: torch.dtype) -> None:
     assert_on_flagos_like(
         torch.linspace(-3, 7, 13, dtype=dtype, device="flagos"),
-        torch.linspace(-3, 7, 13, dtype=dtype),
+        torch.linspace(-3, 7, 13, dtype=dtype, device=NATIVE).cpu(),
     )
     if dtype.is_floating_point:
         assert_on_flagos_like(
             torch.logspace(0, 2, 5, dtype=dtype, device="flagos"),
-            torch.logspace(0, 2, 5, dtype=dtype),
+            torch.logspace(0, 2, 5, dtype=dtype, device=NATIVE).cpu(),
         )
 
 
@@ -134,28 +141,29 @@ def test_like_factories_preserve_strides() -> None:
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str
 )
-def test_rand_randn_with_generator_match_cpu_generator_stream(
+def test_rand_randn_with_generator_match_native_generator_stream(
     shape: tuple, dtype: torch.dtype
 ) -> None:
-    # flagos generators on the cpu accelerator wrap a CPU generator: same seed, same numbers.
+    # flagos generators wrap a generator of the native device (CPU's Mersenne Twister, CUDA's
+    # Philox): same seed, same numbers as that device's own generator.
     g_flagos = torch.Generator("flagos").manual_seed(1234)
-    g_cpu = torch.Generator("cpu").manual_seed(1234)
+    g_native = torch.Generator(NATIVE).manual_seed(1234)
     for fn in (torch.rand, torch.randn):
         result = fn(*shape, dtype=dtype, device="flagos", generator=g_flagos)
-        expected = fn(*shape, dtype=dtype, generator=g_cpu)
+        expected = fn(*shape, dtype=dtype, device=NATIVE, generator=g_native).cpu()
         assert_on_flagos_like(result, expected)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32], ids=str)
 def test_randint_randperm_with_generator(dtype: torch.dtype) -> None:
     g_flagos = torch.Generator("flagos").manual_seed(99)
-    g_cpu = torch.Generator("cpu").manual_seed(99)
+    g_native = torch.Generator(NATIVE).manual_seed(99)
     result = torch.randint(3, 50, (64,), dtype=dtype, device="flagos", generator=g_flagos)
-    expected = torch.randint(3, 50, (64,), dtype=dtype, generator=g_cpu)
-    assert_on_flagos_like(result, expected)
+    expected = torch.randint(3, 50, (64,), dtype=dtype, device=NATIVE, generator=g_native)
+    assert_on_flagos_like(result, expected.cpu())
     assert int(result.min()) >= 3 and int(result.max()) < 50
     perm = torch.randperm(20, device="flagos", generator=g_flagos)
-    assert_on_flagos_like(perm, torch.randperm(20, generator=g_cpu))
+    assert_on_flagos_like(perm, torch.randperm(20, device=NATIVE, generator=g_native).cpu())
 
 
 def test_random_factories_without_generator_are_on_flagos_and_in_range() -> None:
