@@ -27,8 +27,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("is_set_to", TORCH_FN(native::is_set_to));
   m.impl("record_stream", TORCH_FN(native::record_stream));
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
-  m.impl(
-      "convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
 #if !defined(FLAGOS_ACCELERATOR_CPU)
   // scaled_dot_product_attention's route to the native flash-attention kernels.
   m.impl(
@@ -47,4 +46,3 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 } // namespace
 } // namespace torch_fl
-

@@ -24,8 +24,16 @@ int64_t fused_sdp_choice(
     std::optional<double> scale,
     bool enable_gqa);
 
-using FlashOutputs = std::
-    tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor, at::Tensor>;
+using FlashOutputs = std::tuple<
+    at::Tensor,
+    at::Tensor,
+    at::Tensor,
+    at::Tensor,
+    c10::SymInt,
+    c10::SymInt,
+    at::Tensor,
+    at::Tensor,
+    at::Tensor>;
 
 FlashOutputs fused_attention_overrideable(
     const at::Tensor& query,
