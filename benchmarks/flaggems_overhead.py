@@ -69,7 +69,17 @@ def interleaved(variants: dict[str, tuple[Callable, tuple]], reps: int, calls: i
         for name in names if rep % 2 == 0 else names[::-1]:
             fn, args = variants[name]
             times[name].append(batch(fn, args, calls, sync))
+    return times
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def paired_difference(times: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of a - b measured side by side: steadier than the difference of two
+    medians when both vary a lot (FlagGems' own launch path does)."""
+    return statistics.median(x - y for x, y in zip(times[a], times[b], strict=True))
 
 
 def main() -> int:
@@ -94,7 +104,8 @@ def main() -> int:
         return 0
     print(
         f"torch {torch.__version__}, flag-gems {gems.__version__} ({gems.vendor_name}), "
-        f"{torch.cuda.get_device_name(0)}; medians of {args.reps} batches of {args.calls} calls"
+        f"{torch.cuda.get_device_name(0)}; medians of {args.reps} batches of {args.calls} calls "
+        "(extra: median of the paired route - direct differences)"
     )
     native, flagos = cases("cuda"), cases("flagos")
     wanted = [k for k in native if not args.ops or k in args.ops.split(",")]
@@ -113,7 +124,7 @@ def main() -> int:
         flaggems.install([canonical])
         try:
             with routing.route(canonical, "flagos_python"):
-                host = interleaved(
+                host_times = interleaved(
                     {
                         "direct": (direct_fn, make_native()),
                         "route": (torch_fn, make_flagos()),
@@ -122,16 +133,19 @@ def main() -> int:
                     args.calls,
                     sync=False,
                 )
-                wall = interleaved(
-                    {"cuda": (torch_fn, make_native()), "flagos": (torch_fn, make_flagos())},
-                    args.reps,
-                    args.calls,
-                    sync=True,
+                wall = medians(
+                    interleaved(
+                        {"cuda": (torch_fn, make_native()), "flagos": (torch_fn, make_flagos())},
+                        args.reps,
+                        args.calls,
+                        sync=True,
+                    )
                 )
         except Exception as exc:
             print(f"{name:<10} failed: {type(exc).__name__}: {str(exc)[:120]}")
             continue
-        extra = host["route"] - host["direct"]
+        host = medians(host_times)
+        extra = paired_difference(host_times, "route", "direct")
         ratio = wall["flagos"] / wall["cuda"]
         extras.append(extra)
         ratios.append(ratio)
