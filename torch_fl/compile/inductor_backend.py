@@ -87,13 +87,10 @@ class _FlagosKernelCalls:
                 # the output buffer (torch <= 2.12 does not route WrapperLines there): write
                 # the guard as text and indent the launch under it.
                 target.writeline(f"with {FlagosDeviceOpOverrides().device_guard(device.index)}:")
-                written = len(target._lines)
                 with target.indent():
                     super()._generate_kernel_call_helper(  # type: ignore[misc]
                         kernel_name, call_args, device=device, **kwargs
                     )
-                    if len(target._lines) == written:  # the launch went elsewhere
-                        target.writeline("pass")
                 return
             self.writeline(EnterDeviceContextManagerLine(device.index, None))  # type: ignore[attr-defined]
             super()._generate_kernel_call_helper(  # type: ignore[misc]
