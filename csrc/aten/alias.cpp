@@ -152,6 +152,19 @@ bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
   return true;
 }
 
+at::Tensor ResultRelabeler::operator()(at::Tensor t) {
+  if (!t.defined() || t.device().type() != native_type_) {
+    return t;
+  }
+  if (in_place_ && relabel_fresh_in_place(t, index_)) {
+    return t;
+  }
+  if (!relabeler_) {
+    relabeler_.emplace(index_);
+  }
+  return flagos_from_native(t, *relabeler_);
+}
+
 void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   auto* dst = original.unsafeGetTensorImpl();
   const auto* src = alias.unsafeGetTensorImpl();

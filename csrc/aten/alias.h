@@ -12,6 +12,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
+#include <optional>
+
 namespace torch_fl {
 
 // A native-typed tensor over the memory of a flagos tensor. When `resizable`, a kernel may
@@ -49,6 +51,23 @@ FLAGOS_API at::Tensor flagos_view_of_native(const at::Tensor& native, c10::Devic
 // same TensorImpl and StorageImpl are re-labelled as flagos:index. Returns false (and changes
 // nothing) otherwise; then flagos_from_native is the way.
 FLAGOS_API bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index);
+
+// Re-labels the results of one operator call as flagos:index tensors: undefined tensors and
+// tensors not on the native device pass through; a fresh result is re-labelled in place when
+// `in_place` allows it and nothing else references it; any other becomes a flagos tensor over
+// the same memory, results that shared a native storage sharing one flagos storage.
+class FLAGOS_API ResultRelabeler {
+ public:
+  ResultRelabeler(c10::DeviceIndex index, c10::DeviceType native_type, bool in_place = true)
+      : index_(index), native_type_(native_type), in_place_(in_place) {}
+  at::Tensor operator()(at::Tensor t);
+
+ private:
+  c10::DeviceIndex index_;
+  c10::DeviceType native_type_;
+  bool in_place_;
+  std::optional<StorageRelabeler> relabeler_;
+};
 
 // After a kernel wrote through `alias` (maybe resizing or re-pointing it), makes `original`
 // describe the same memory and shape.

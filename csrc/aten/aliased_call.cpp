@@ -249,21 +249,12 @@ void finish_call(
                                                           : c10::DeviceType::CPU;
   const c10::Device flagos(c10::DeviceType::PrivateUse1, call.index);
   const size_t rbegin = stack->size() - plan.num_returns;
-  std::optional<StorageRelabeler> relabeler;
+  ResultRelabeler to_flagos(call.index, native_type, call.relabel_in_place);
   auto relabel = [&](at::Tensor t) -> at::Tensor {
-    if (!t.defined() || t.device().type() != native_type) {
-      return t;
-    }
-    if (call.mapping == Mapping::Copy) {
+    if (call.mapping == Mapping::Copy && t.defined() && t.device().type() == native_type) {
       return t.to(flagos);
     }
-    if (call.relabel_in_place && relabel_fresh_in_place(t, call.index)) {
-      return t;
-    }
-    if (!relabeler) {
-      relabeler.emplace(call.index);
-    }
-    return flagos_from_native(t, *relabeler);
+    return to_flagos(std::move(t));
   };
   for (size_t r = 0; r < plan.num_returns; ++r) {
     auto& v = (*stack)[rbegin + r];

@@ -41,17 +41,4 @@ void RouteEvent::start(uint8_t route) {
   }
 }
 
-at::Tensor Relabel::operator()(at::Tensor t) {
-  if (!t.defined() || t.device().type() != target().native_type) {
-    return t;
-  }
-  if (relabel_fresh_in_place(t, index_)) {
-    return t;
-  }
-  if (!relabeler_) {
-    relabeler_.emplace(index_);
-  }
-  return flagos_from_native(t, *relabeler_);
-}
-
 } // namespace torch_fl::fast

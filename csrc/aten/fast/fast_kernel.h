@@ -92,15 +92,7 @@ class RouteEvent {
 };
 
 // Re-labels the fresh native results of one call as flagos tensors (as finish_call does).
-class FLAGOS_API Relabel {
- public:
-  explicit Relabel(c10::DeviceIndex index) : index_(index) {}
-  at::Tensor operator()(at::Tensor t);
-
- private:
-  c10::DeviceIndex index_;
-  std::optional<StorageRelabeler> relabeler_;
-};
+using Relabel = ResultRelabeler;
 
 inline bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
@@ -448,7 +440,7 @@ struct FastKernel<Op, R(Args...)> {
     } else {
       R result = on_device(index, kernel);
       (std::get<I>(m).sync(), ...);
-      Relabel relabel(index);
+      Relabel relabel(index, target().native_type);
       return MapResult<R>::run(std::forward<R>(result), relabel, m);
     }
   }
