@@ -4,9 +4,7 @@
 # benchmark (flagos backend vs NCCL on cuda tensors). With 2+ GPUs it also runs the live
 # two-process test. Usage (repo root): bash scripts/comm_gpu_check.sh
 set -o pipefail
-# The GPU image sets CXX=/opt/gcc/bin/g++, whose C++ runtime is not the one torch loads (a core
-# built with it crashes formatting error messages; setup.py refuses it): use the system GCC.
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+source "$(dirname "${BASH_SOURCE[0]}")/use_system_gcc.sh"
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/flagos-comm-gpu}
 mkdir -p "$out"

@@ -20,8 +20,7 @@ cap() {
   [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
 }
 cd "$(dirname "$0")/.."
-# The image's CXX=/opt/gcc/bin/g++ does not match the libstdc++ torch loads (docs/installation/cuda.md).
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+source scripts/use_system_gcc.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/build.log"
 FLAGOS_ACCELERATOR=cuda FLAGOS_BUILD_FLAGGEMS=1 MAX_JOBS=16 timeout 240 python3 -m pip install \
   --no-build-isolation --no-deps -e . >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; pack; exit 1; }

@@ -2,9 +2,7 @@
 # Builds the cuda accelerator and runs the GPU-facing suites on an NVIDIA machine.
 # Usage (repo root): bash scripts/gpu_check.sh [extra pytest paths...]
 set -o pipefail
-# The GPU image sets CXX=/opt/gcc/bin/g++, whose C++ runtime is not the one torch loads (a core
-# built with it crashes formatting error messages; setup.py refuses it): use the system GCC.
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+source "$(dirname "${BASH_SOURCE[0]}")/use_system_gcc.sh"
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/flagos-gpu}
 mkdir -p "$out"

@@ -14,9 +14,7 @@
 # Output in $OUT (or /tmp/flagos-flaggems): build.log, verify.log, tests.log, bench.log,
 # backends_flaggems.conf, verify_report.json, verify_routes.state.jsonl.
 set -o pipefail
-# The GPU image sets CXX=/opt/gcc/bin/g++, whose C++ runtime is not the one torch loads (a core
-# built with it crashes formatting error messages; setup.py refuses it): use the system GCC.
-if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+source "$(dirname "${BASH_SOURCE[0]}")/use_system_gcc.sh"
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/flagos-flaggems}
 mkdir -p "$out"
