@@ -18,9 +18,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 
-def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
+def build(device: str, size: str) -> tuple[Any, Any, Any, Any, Callable[[], None]]:
+    """The model, its AdamW optimizer, a token batch, the config and a device sync."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -32,7 +35,7 @@ def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device)
-    module = torch.flagos if device.startswith("flagos") else getattr(torch, device, None)
+    module = device_module(device)
 
     def sync() -> None:
         if module is not None and hasattr(module, "synchronize"):
@@ -40,6 +43,20 @@ def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = torch.randint(0, config.vocab_size, (8, 128)).to(device)
+    return model, opt, batch, config, sync
+
+
+def device_module(device: str) -> Any:
+    import torch
+
+    return torch.flagos if device.startswith("flagos") else getattr(torch, device, None)
+
+
+def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
+    import torch
+
+    model, opt, batch, config, sync = build(device, size)
+    module = device_module(device)
 
     def train_step() -> None:
         opt.zero_grad(set_to_none=True)

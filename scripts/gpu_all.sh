@@ -7,7 +7,8 @@
 #   3. alone, for clean timings: dispatch overhead, GPT-2 end to end, compile speedup
 # Logs are collected in /tmp/flagos-all and packed into $OUT/logs.tgz after every phase (the
 # device tool returns at most 8 files); the FlagGems table and state are copied beside it.
-# Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3.
+# Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
+# PHASE3 picks its benchmarks (default "dispatch e2e profile compile").
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
 real_out=${OUT:-/tmp/flagos-gpu}; mkdir -p "$real_out"
@@ -48,16 +49,17 @@ wait $comp || status=1
 tail -5 "$OUT/compile.log"; pack
 
 # ---- phase 3
-echo "== $(date -u +%FT%TZ) dispatch overhead" | tee "$OUT/bench.txt"
-timeout "$(cap 45)" python3 benchmarks/dispatch_overhead.py --reps 40 --calls 20 2>&1 \
-  | grep -v Warning | tee -a "$OUT/bench.txt"
-pack
-echo "== transformer e2e" | tee -a "$OUT/bench.txt"
-timeout "$(cap 100)" python3 benchmarks/transformer_e2e.py --rounds 2 --steps 6 --decode-tokens 16 \
-  2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
-pack
-echo "== compile speedup" | tee -a "$OUT/bench.txt"
-TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$(cap 80)" python3 benchmarks/compile_speedup.py \
-  --rounds 4 --iters 10 2>&1 | grep -v Warning | tail -8 | tee -a "$OUT/bench.txt"
-pack
+phase3=" ${PHASE3:-dispatch e2e profile compile} "
+bench() { # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  [[ $phase3 == *" $name "* ]] || return 0
+  echo "== $(date -u +%FT%TZ) $name: $*" | tee -a "$OUT/bench.txt"
+  timeout "$(cap "$secs")" "$@" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
+  pack
+}
+bench dispatch 45 python3 benchmarks/dispatch_overhead.py --reps 40 --calls 20
+bench e2e 100 python3 benchmarks/transformer_e2e.py --rounds 2 --steps 6 --decode-tokens 16
+bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 40
+bench compile 80 env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" python3 benchmarks/compile_speedup.py \
+  --rounds 4 --iters 10
 exit $status

@@ -120,6 +120,23 @@ def test_import_stays_lazy_and_first_compile_registers():
     assert result.stdout.strip().splitlines()[-1] == expected
 
 
+def test_registering_flagos_first_keeps_the_builtin_device_op_overrides():
+    # torch 2.11 loads Inductor's built-in overrides only into an empty registry and gives any
+    # device missing afterwards the CPU's no-op ones ('with pass:' guards in cuda graphs).
+    result = run_python(
+        """
+        import torch, torch_fl
+        import torch_fl.compile as c
+        c.register()
+        from torch._inductor.codegen.common import get_device_op_overrides
+        print(get_device_op_overrides("cuda").device_guard(0))
+        print(get_device_op_overrides("flagos").device_guard(1))
+        """
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split() == ["torch.cuda._DeviceGuard(0)", "torch.flagos.device(1)"]
+
+
 def test_generated_code_matches_the_accelerator():
     def fn(x):
         return torch.sigmoid(x) * x + 1

@@ -359,7 +359,8 @@ def test_copy_fallback_and_strict_mode_still_apply():
         out = torch.empty(0, device="flagos")
         assert torch.add(a, a, out=out) is out
         torch.testing.assert_close(out.cpu(), a_cpu * 2)
-        with routing.strict():
+        # mm's own route is cuda on a GPU build; pin it to the fallback strict mode refuses.
+        with routing.strict(), routing.route("aten::mm", "cpu_fallback"):
             with pytest.raises(RuntimeError, match=r"strict mode: aten::mm would run on"):
                 torch.mm(a, a)
     finally:

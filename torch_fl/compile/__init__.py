@@ -72,6 +72,7 @@ def register() -> dict[str, Any]:
 
         from torch._dynamo.device_interface import register_interface_for_device
         from torch._inductor.codegen.common import (
+            get_device_op_overrides,
             register_backend_for_device,
             register_device_op_overrides,
         )
@@ -82,6 +83,10 @@ def register() -> dict[str, Any]:
         register_interface_for_device(DEVICE, FlagosInterface)
         for index in range(flagos.device_count()):
             register_interface_for_device(f"{DEVICE}:{index}", FlagosInterface)
+        # Inductor (torch <= 2.11) imports its built-in overrides only while its registry is
+        # empty, and answers the CPU's no-op ones for any device missing afterwards: were
+        # flagos registered first, cuda graphs would get `with pass:` device guards.
+        get_device_op_overrides("cpu")
         register_device_op_overrides(DEVICE, inductor_backend.FlagosDeviceOpOverrides())
         if not inductor_backend.USES_TRITON:
             _keep_simd_only_fusion_off_for_cpp_kernels()

@@ -61,7 +61,10 @@ int64_t fused_sdp_choice(
     return static_cast<int64_t>(at::SDPBackend::math);
   }
   c10::DeviceGuard guard(query.device());
-  const auto choice = at::_ops::_fused_sdp_choice::call(
+  // Straight to the native kernel, as SDPA reaches its stub for native tensors: a full
+  // dispatcher call would add an operator (and a profiler event) per attention.
+  const auto choice = at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(accelerator().native_dispatch_key()),
       native_alias(query),
       native_alias(key),
       native_alias(value),
