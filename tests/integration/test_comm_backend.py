@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,24 +56,67 @@ def test_requesting_flagcx_without_flagcx_says_it_is_not_importable(monkeypatch)
         comm.choose_tier(comm.Options(tier="flagcx"))
 
 
+FAKE_FLAGCX_ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "fake_flagcx"
+
+
 @pytest.fixture
-def fake_flagcx(tmp_path, monkeypatch):
-    package = tmp_path / "flagcx"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    yield
+def fake_flagcx(monkeypatch):
+    """make(mode, extended): an importable `flagcx` that registers its backend like FlagCX's
+    torch plugin ('registers'), registers nothing ('bare') or fails to import ('broken')."""
+    monkeypatch.syspath_prepend(str(FAKE_FLAGCX_ROOT))
+
+    def make(mode: str = "registers", extended: bool = True) -> None:
+        monkeypatch.setenv("FAKE_FLAGCX_MODE", mode)
+        monkeypatch.setenv("FAKE_FLAGCX_EXTENDED", "1" if extended else "0")
+        sys.modules.pop("flagcx", None)
+        importlib.invalidate_caches()
+
+    yield make
     sys.modules.pop("flagcx", None)
+    if "FLAGCX" in dist.Backend._plugins:  # undo the fake's registration
+        del dist.Backend._plugins["FLAGCX"]
+        dist.Backend.backend_list.remove("flagcx")
+        dist.Backend.backend_capability.pop("flagcx", None)
+        dist.Backend.backend_type_map.pop("flagcx", None)
+        delattr(dist.Backend, "FLAGCX")
 
 
-def test_importable_flagcx_is_skipped_with_the_not_implemented_reason(fake_flagcx) -> None:
+@pytest.mark.parametrize("extended", [True, False], ids=["extended_api", "plain_api"])
+def test_an_importable_flagcx_is_the_first_tier_and_carries_the_collectives(
+    fake_flagcx, extended
+) -> None:
+    fake_flagcx("registers", extended)
+    choice = comm.choose_tier()
+    assert (choice.tier, choice.path) == ("flagcx", "zero_copy")
+    assert choice.skip_reasons == {} and "flagcx" not in choice.unavailable
+    _init()
+    info = comm.tier_info()
+    assert (info.tier, info.path) == ("flagcx", "zero_copy")
+    (call,) = sys.modules["flagcx"].CALLS
+    if extended:  # torch's extended convention: (DistributedBackendOptions, options)
+        assert (call[0].group_rank, call[0].group_size, call[1]) == (0, 1, None)
+    else:  # (store, rank, size, timeout)
+        assert call[1:3] == (0, 1)
+    t = torch.arange(6.0, device="flagos")
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)  # AVG is SUM then a division off NCCL
+    torch.testing.assert_close(t.cpu(), torch.arange(6.0))
+    assert t.device.type == "flagos"
+
+
+def test_a_flagcx_without_its_backend_is_skipped_with_the_reason(fake_flagcx) -> None:
+    fake_flagcx("bare")
     choice = comm.choose_tier()
     assert choice.tier != "flagcx"
-    assert "FlagCX tier not implemented in this build" in choice.skip_reasons["flagcx"]
-    assert "flagcx" not in choice.unavailable
-    with pytest.raises(comm.TierUnavailableError, match="FlagCX tier not implemented"):
+    assert "registered no 'flagcx' c10d backend" in choice.skip_reasons["flagcx"]
+    with pytest.raises(comm.TierUnavailableError, match="'flagcx' was requested.*registered no"):
         comm.choose_tier(comm.Options(tier="flagcx"))
+
+
+def test_a_flagcx_that_fails_to_import_is_skipped_with_its_error(fake_flagcx) -> None:
+    fake_flagcx("broken")
+    choice = comm.choose_tier()
+    assert choice.tier != "flagcx"
+    assert "ImportError: libflagcx.so" in choice.skip_reasons["flagcx"]
 
 
 def test_gems_vendor_selects_the_comm_profile(monkeypatch) -> None:

@@ -5,6 +5,7 @@ hang. The full collective + DDP run is tests/manual/test_flagos_dist_live.py (te
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -47,4 +48,17 @@ def test_host_staged_gloo_runs_every_collective_and_ddp() -> None:
     for report in live.launch(2, "all", timeout=60.0, tier="gloo", host_staged=True):
         assert "failure" not in report, report.get("failure") or report["output"]
         assert report["tier"]["path"] == "host_staged"
+        assert any(c.startswith("DDP buckets=") for c in report["checks"])
+
+
+def test_the_flagcx_tier_runs_every_collective_and_ddp() -> None:
+    # FlagCX itself is not installable here; its stand-in registers a gloo-backed "flagcx"
+    # backend the way FlagCX's torch plugin does, so this checks the tier's wiring end to end.
+    fake = Path(__file__).resolve().parents[1] / "fixtures" / "fake_flagcx"
+    path = os.pathsep.join(
+        p for p in (str(fake), str(live.ROOT), os.environ.get("PYTHONPATH")) if p
+    )
+    for report in live.launch(2, "all", timeout=60.0, extra_env={"PYTHONPATH": path}):
+        assert "failure" not in report, report.get("failure") or report["output"]
+        assert (report["tier"]["tier"], report["tier"]["path"]) == ("flagcx", "zero_copy")
         assert any(c.startswith("DDP buckets=") for c in report["checks"])

@@ -3,7 +3,9 @@
 ProcessGroupFlagOS (C++, csrc/comm/) wraps an inner c10d backend of the installed torch and hands
 it flagos tensors zero-copy or host-staged. This module decides which inner backend to build:
 
-    flagcx  when `flagcx` is importable (not implemented in this build: recorded and skipped)
+    flagcx  when `flagcx` is importable and registers its c10d backend: FlagCX's backend over
+            zero-copy native views of flagos tensors (CUDA views on the cuda accelerator, host
+            views on the cpu accelerator)
     nccl    torch.distributed.ProcessGroupNCCL over zero-copy CUDA views of flagos tensors, on a
             CUDA-ABI accelerator with the CUDA-ABI comm profile (GEMS_VENDOR nvidia or hygon)
     gloo    torch.distributed.ProcessGroupGloo: zero-copy on the cpu accelerator (flagos memory
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +30,7 @@ TIERS = ("flagcx", "nccl", "gloo")
 ENV_TIER = "FLAGOS_COMM_TIER"
 ENV_HOST_STAGED = "FLAGOS_COMM_HOST_STAGED"
 CUDA_ABI_VENDORS = ("nvidia", "hygon")
-FLAGCX_NOT_IMPLEMENTED = "FlagCX tier not implemented in this build"
+FLAGCX_BACKEND = "flagcx"  # the name FlagCX registers its backend under on import
 
 
 @dataclass(frozen=True)
@@ -92,18 +95,38 @@ def _requested_tier(options: Options | None) -> str | None:
     return tier
 
 
+def _flagcx_creator() -> tuple[Callable[..., object], bool]:
+    """FlagCX's backend creator and whether it takes torch's extended arguments.
+
+    Importing `flagcx` registers its c10d backend with torch.distributed (its torch plugin does
+    so on import, for its vendor's device type); the registration records the creator and its
+    calling convention, (store, rank, size, timeout) or (DistributedBackendOptions, options).
+    """
+    import torch.distributed as dist
+
+    importlib.import_module("flagcx")
+    plugin = dist.Backend._plugins.get(FLAGCX_BACKEND.upper())
+    if plugin is None:
+        raise RuntimeError(
+            "flagcx was imported but registered no 'flagcx' c10d backend with torch.distributed "
+            "(FlagCX's torch plugin is not built into this flagcx installation)"
+        )
+    return plugin.creator_fn, bool(plugin.extended_api)
+
+
 def _flagcx_status() -> tuple[str, str | None]:
-    """('candidate' | 'unavailable', reason)."""
+    """('available' | 'skipped' | 'unavailable', reason)."""
     try:
         spec = importlib.util.find_spec("flagcx")
     except (ImportError, ValueError) as exc:
         return "unavailable", f"flagcx is not importable ({exc})"
     if spec is None:
         return "unavailable", "flagcx is not importable (no module named 'flagcx')"
-    return "skipped", (
-        f"{FLAGCX_NOT_IMPLEMENTED}: flagcx is importable at {spec.origin}, but torch_fl has no "
-        "FlagCX bindings yet"
-    )
+    try:
+        _flagcx_creator()
+    except Exception as exc:  # an installed flagcx that fails to load is reported, not raised
+        return "skipped", f"flagcx at {spec.origin} is unusable: {type(exc).__name__}: {exc}"
+    return "available", None
 
 
 def _nccl_status(profile: str) -> tuple[str, str | None]:
@@ -187,6 +210,14 @@ def choose_tier(options: Options | None = None) -> TierChoice:
 def _make_inner(tier: str, dist_opts) -> object:
     import torch.distributed as dist
 
+    if tier == "flagcx":
+        creator, extended = _flagcx_creator()
+        if extended:
+            # As torch calls an extended-API backend; FlagCX's own options stay at its defaults.
+            return creator(dist_opts, None)
+        return creator(
+            dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout
+        )
     if tier == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options.is_high_priority_stream = False
@@ -196,14 +227,14 @@ def _make_inner(tier: str, dist_opts) -> object:
         inner = dist.ProcessGroupNCCL(
             dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options
         )
-    elif tier == "gloo":
+    else:
         inner = dist.ProcessGroupGloo(
             dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout
         )
         inner.options.global_ranks_in_group = dist_opts.global_ranks_in_group
         inner.options.group_name = dist_opts.group_id
-    else:  # pragma: no cover - choose_tier never returns flagcx in this build
-        raise TierUnavailableError(FLAGCX_NOT_IMPLEMENTED)
+    # torch numbers the collectives of its own gloo and NCCL groups (debugging, flight
+    # recorder); other backends need not support it.
     inner._set_sequence_number_for_group()
     return inner
 
