@@ -5,12 +5,16 @@ kernel, reached through the router (route lookup, zero-copy aliasing of argument
 of results), so the ratio is the router's cost against calling the target kernel directly. On
 the cuda accelerator the native device is cuda.
 
-    python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50]
+    python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50] [--suite ops|transformer]
 
 Prints per-operator medians (microseconds per call), their ratio flagos/native, the geometric
 mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the
 flagos_python route's cost against calling the same Python function directly.
 Targets (cpu accelerator): geometric mean <= 1.3, MLP step <= 1.05.
+
+`--suite transformer` times instead the forward operators of the GPT-2 model in
+`transformer_e2e.py`, at its shapes and with autograd recording (inputs that require grad),
+to find which operators carry the end-to-end gap.
 """
 
 from __future__ import annotations
@@ -55,6 +59,53 @@ def _cases(
             "index": lambda: a[idx],
             "cat": lambda: torch.cat([a, b]),
             "copy_h2d": lambda: dst.copy_(host),
+        }
+
+    flagos_cases = make(device)
+    native_cases = make(native)
+    return {name: (flagos_cases[name], native_cases[name]) for name in flagos_cases}
+
+
+def _transformer_cases(
+    device: str, native: str
+) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """GPT-2 forward operators at transformer_e2e.py's shapes (batch 8, seq 128, width 256,
+    4 heads, vocab 8192), inputs requiring grad: name -> (flagos call, native call)."""
+    import torch.nn.functional as F
+
+    def make(dev: str) -> dict[str, Callable[[], object]]:
+        g = torch.Generator().manual_seed(0)
+
+        def rand(*shape: int, grad: bool = True) -> torch.Tensor:
+            return torch.randn(*shape, generator=g).to(dev).requires_grad_(grad)
+
+        x, y, qkv = rand(8, 128, 256), rand(8, 128, 256), rand(8, 128, 768)
+        hidden = rand(8, 128, 1024)
+        weight, bias = rand(768, 256), rand(768)
+        norm_w, norm_b = rand(256), rand(256)
+        table = rand(8192, 256)
+        ids = torch.randint(0, 8192, (8, 128), generator=g).to(dev)
+        q, k, v = (rand(8, 4, 128, 64) for _ in range(3))
+        logits = rand(1024, 8192)
+        labels = torch.randint(0, 8192, (1024,), generator=g).to(dev)
+        return {
+            "add": lambda: x + y,
+            "mul_scalar": lambda: hidden * 0.5,
+            "tanh": lambda: torch.tanh(hidden),
+            "pow": lambda: torch.pow(hidden, 3.0),
+            "dropout": lambda: F.dropout(x, 0.1, training=True),
+            "layer_norm": lambda: F.layer_norm(x, (256,), norm_w, norm_b),
+            "linear": lambda: F.linear(x, weight, bias),
+            "embedding": lambda: F.embedding(ids, table),
+            "arange": lambda: torch.arange(128, device=dev),
+            "split_view": lambda: [
+                t.view(8, 128, 4, 64).transpose(1, 2) for t in qkv.split(256, -1)
+            ],
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            "sdpa_dropout": lambda: F.scaled_dot_product_attention(
+                q, k, v, dropout_p=0.1, is_causal=True
+            ),
+            "cross_entropy": lambda: F.cross_entropy(logits, labels),
         }
 
     flagos_cases = make(device)
@@ -141,6 +192,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=200, help="interleaved repetitions")
     parser.add_argument("--calls", type=int, default=50, help="calls per timed batch")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--suite", choices=("ops", "transformer"), default="ops")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -154,12 +206,15 @@ def main() -> None:
     print(f"interleaved: {args.reps} reps x {args.calls} calls, medians; flagos vs {nat_dev}")
     print(f"{'op':<12} {'flagos us':>10} {'native us':>10} {'ratio':>7}")
     ratios = []
-    for name, (fl, nat) in _cases(fl_dev, nat_dev).items():
+    cases = _cases if args.suite == "ops" else _transformer_cases
+    for name, (fl, nat) in cases(fl_dev, nat_dev).items():
         t_fl, t_nat = _interleaved(fl, nat, fl_dev, nat_dev, args.reps, args.calls)
         ratios.append(t_fl / t_nat)
         print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"{'geomean':<12} {'':>10} {'':>10} {geomean:>7.3f}")
+    if args.suite == "transformer":
+        return
 
     # A native CUDA backward cannot run in a process where a PrivateUse1 backend is registered
     # (pytorch/pytorch#161129): on device accelerators the training step is compared in

@@ -8,7 +8,7 @@
 # Logs are collected in /tmp/flagos-all and packed into $OUT/logs.tgz after every phase (the
 # device tool returns at most 8 files); the FlagGems table and state are copied beside it.
 # Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
-# PHASE3 picks its benchmarks (default "dispatch e2e profile compile").
+# PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile").
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
 real_out=${OUT:-/tmp/flagos-gpu}; mkdir -p "$real_out"
@@ -49,7 +49,7 @@ wait $comp || status=1
 tail -5 "$OUT/compile.log"; pack
 
 # ---- phase 3
-phase3=" ${PHASE3:-dispatch e2e profile compile} "
+phase3=" ${PHASE3:-dispatch transformer e2e profile compile} "
 bench() { # name, seconds, command...
   local name=$1 secs=$2; shift 2
   [[ $phase3 == *" $name "* ]] || return 0
@@ -58,8 +58,10 @@ bench() { # name, seconds, command...
   pack
 }
 bench dispatch 45 python3 benchmarks/dispatch_overhead.py --reps 40 --calls 20
+bench transformer 60 python3 benchmarks/dispatch_overhead.py --suite transformer --reps 20 --calls 10
 bench e2e 100 python3 benchmarks/transformer_e2e.py --rounds 2 --steps 6 --decode-tokens 16
-bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 40
+bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 30 \
+  --tree "${PROFILE_TREE:-aten::add,aten::arange,aten::embedding,aten::native_dropout,aten::tanh}"
 bench compile 80 env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" python3 benchmarks/compile_speedup.py \
   --rounds 4 --iters 10
 exit $status
