@@ -54,6 +54,8 @@ def _memory_at_peak(step: Any) -> list[str]:
     they were allocated."""
     import torch
 
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
     torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
     step()
     snapshot = torch.cuda.memory._snapshot()
@@ -77,9 +79,11 @@ def _memory_at_peak(step: Any) -> list[str]:
     for size, where in peak_live.values():
         groups[where] = groups.get(where, 0) + size
     top = sorted(groups.items(), key=lambda kv: -kv[1])[:12]
-    return [f"step peak over allocations made in the step: {peak / 2**20:.1f} MiB"] + [
-        f"  {size / 2**20:8.2f} MiB  {where}" for where, size in top
-    ]
+    head = (
+        f"allocated before the step {before / 2**20:.1f} MiB; peak of the step's own "
+        f"allocations {peak / 2**20:.1f} MiB, live then:"
+    )
+    return [head] + [f"  {size / 2**20:8.2f} MiB  {where}" for where, size in top]
 
 
 def _child(
