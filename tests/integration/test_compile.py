@@ -256,6 +256,51 @@ def _models(module: nn.Module):
     return module, eager, compiled_model
 
 
+# The fused attention kernel eager flagos picks (the native device's choice) is the one compiled
+# code calls: the choice is made on memory-less twins of the fake tensors Dynamo traces.
+FUSED_SDPA_OP = (
+    "_scaled_dot_product_fused_attention_overrideable"
+    if ON_CUDA
+    else "_scaled_dot_product_flash_attention_for_cpu"
+)
+
+
+def test_attention_compiles_to_the_fused_kernel_with_matching_gradients():
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    dtype = torch.float16 if ON_CUDA else torch.float32
+    tol = {"atol": 2e-3, "rtol": 2e-3} if ON_CUDA else TOL
+    leaves = [torch.randn(2, 4, 32, 16, dtype=dtype) for _ in range(3)]
+    q, k, v = (t.to(FLAGOS).requires_grad_() for t in leaves)
+    out, (code, *_) = run_and_get_code(torch.compile(attend), q, k, v)
+    assert FUSED_SDPA_OP in code, code
+    q_ref, k_ref, v_ref = (t.to(FLAGOS).requires_grad_() for t in leaves)
+    ref = attend(q_ref, k_ref, v_ref)
+    assert_on_flagos(out)
+    assert_close(out, ref, **tol)
+    grad = torch.randn_like(ref)
+    out.backward(grad)
+    ref.backward(grad)
+    for compiled_grad, eager_grad in (
+        (q.grad, q_ref.grad),
+        (k.grad, k_ref.grad),
+        (v.grad, v_ref.grad),
+    ):
+        assert_on_flagos(compiled_grad)
+        assert_close(compiled_grad, eager_grad, **tol)
+
+
+def test_attention_with_dynamic_shapes_falls_back_to_math_and_matches():
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = torch.compile(attend, dynamic=True)
+    for seq in (16, 24):
+        q, k, v = (rand(2, 4, seq, 8) for _ in range(3))
+        assert_close(compiled(q, k, v), attend(q, k, v))
+
+
 def test_training_backward_gradients_match_and_stay_on_flagos():
     cpu, eager, model = _models(Block())
     compiled = torch.compile(model)

@@ -14,13 +14,6 @@
 namespace torch_fl::native {
 namespace {
 
-std::optional<at::Tensor> alias_optional(const std::optional<at::Tensor>& t) {
-  if (t.has_value() && t->defined()) {
-    return native_alias(*t);
-  }
-  return std::nullopt;
-}
-
 at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
   return native.defined() ? flagos_from_native(native, index) : native;
 }
@@ -34,6 +27,32 @@ bool has_real_memory(const at::Tensor& t) {
   return t.has_storage() && !t.key_set().has_any(kWrapperKeys);
 }
 
+bool has_symbolic_shape(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
+
+// A native-typed tensor with `t`'s dtype, sizes, strides, device index and requires_grad, and
+// no memory: all the native choice function reads. Stands in for a tensor without real memory
+// (a fake tensor while torch.compile traces), which cannot be aliased.
+at::Tensor metadata_twin(const at::Tensor& t) {
+  auto& accel = accelerator();
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(),
+      0,
+      c10::DataPtr(nullptr, accel.native_device(t.device().index())),
+      nullptr,
+      /*resizable=*/false);
+  auto twin = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(storage)),
+      c10::DispatchKeySet(accel.native_dispatch_key()),
+      t.dtype());
+  twin.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.requires_grad()) {
+    twin.set_requires_grad(true);
+  }
+  return twin;
+}
+
 bool head_dims_multiple_of_8(const at::Tensor& query, const at::Tensor& value) {
   return query.size(-1) % 8 == 0 && value.size(-1) % 8 == 0;
 }
@@ -45,8 +64,9 @@ bool head_dims_multiple_of_8(const at::Tensor& query, const at::Tensor& value) {
 // one answer needs adjusting: SDPA runs "flash" on a non-native device through its CPU
 // variant, so on a device accelerator flash is reached through the overrideable backend below
 // (which calls the native flash kernels). Flash inputs whose head dimension needs padding go
-// to math, as SDPA pads only for the native device. While torch.compile traces (fake tensors)
-// the answer is math: Inductor lowers it, with its own attention fusion.
+// to math, as SDPA pads only for the native device. While torch.compile traces, the inputs are
+// fake: the choice is made on memory-less twins of them (so compiled code calls the same fused
+// kernel as eager), or is math when their shapes are symbolic.
 int64_t fused_sdp_choice(
     const at::Tensor& query,
     const at::Tensor& key,
@@ -56,19 +76,25 @@ int64_t fused_sdp_choice(
     bool is_causal,
     std::optional<double> scale,
     bool enable_gqa) {
-  if (!has_real_memory(query) || !has_real_memory(key) || !has_real_memory(value)) {
-    // Tracing: the unfused form is what every compiler backend can lower.
+  const bool mask = attn_mask.has_value() && attn_mask->defined();
+  const bool real = has_real_memory(query) && has_real_memory(key) && has_real_memory(value) &&
+                    (!mask || has_real_memory(*attn_mask));
+  if (!real && (has_symbolic_shape(query) || has_symbolic_shape(key) || has_symbolic_shape(value) ||
+                (mask && has_symbolic_shape(*attn_mask)))) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
+  const auto as_native = [real](const at::Tensor& t) {
+    return real ? native_alias(t) : metadata_twin(t);
+  };
   c10::DeviceGuard guard(query.device());
   // Straight to the native kernel, as SDPA reaches its stub for native tensors: a full
   // dispatcher call would add an operator (and a profiler event) per attention.
   const auto choice = at::_ops::_fused_sdp_choice::redispatch(
       c10::DispatchKeySet(accelerator().native_dispatch_key()),
-      native_alias(query),
-      native_alias(key),
-      native_alias(value),
-      alias_optional(attn_mask),
+      as_native(query),
+      as_native(key),
+      as_native(value),
+      mask ? std::optional<at::Tensor>(as_native(*attn_mask)) : std::nullopt,
       dropout_p,
       is_causal,
       scale,
