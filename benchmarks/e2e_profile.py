@@ -83,7 +83,41 @@ def _memory_at_peak(step: Any) -> list[str]:
         f"allocated before the step {before / 2**20:.1f} MiB; peak of the step's own "
         f"allocations {peak / 2**20:.1f} MiB, live then:"
     )
-    return [head] + [f"  {size / 2**20:8.2f} MiB  {where}" for where, size in top]
+    return [head, *_held_after_step()] + [
+        f"  {size / 2**20:8.2f} MiB  {where}" for where, size in top
+    ]
+
+
+def _held_after_step() -> list[str]:
+    """What the memory held between steps is: tensors Python can reach (by storage), cuBLAS
+    workspaces (freed by clearing them), and the rest (held by C++)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    storages: dict[int, int] = {}
+    big: list[str] = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu" and obj.is_floating_point():
+            storage = obj.untyped_storage()
+            if storage.data_ptr() not in storages:
+                storages[storage.data_ptr()] = storage.nbytes()
+                if storage.nbytes() >= 8 * 2**20:
+                    big.append(f"{tuple(obj.shape)} {obj.dtype} requires_grad={obj.requires_grad}")
+    reachable = sum(storages.values())
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    after_clear = torch.cuda.memory_allocated()
+    return [
+        f"  held between steps {held / 2**20:.1f} MiB: reachable from Python "
+        f"{reachable / 2**20:.1f} MiB, cuBLAS workspaces {(held - after_clear) / 2**20:.1f} "
+        f"MiB, other {(after_clear - reachable) / 2**20:.1f} MiB",
+        *(f"    large reachable tensor: {line}" for line in big[:12]),
+    ]
 
 
 def _child(
