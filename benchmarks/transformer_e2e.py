@@ -35,9 +35,6 @@ def build(device: str, size: str) -> tuple[Any, Any, Any, Any, Callable[[], None
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device)
-    # `.to()` onto an out-of-tree device unties shared parameters (README, "Tied parameters");
-    # re-tie so both devices train the same model (a no-op on cuda).
-    model.tie_weights()
     module = device_module(device)
 
     def sync() -> None:

@@ -25,6 +25,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(native::set_source_tensor));
   m.impl("set_", TORCH_FN(native::set_empty));
   m.impl("is_set_to", TORCH_FN(native::is_set_to));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(native::has_compatible_shallow_copy_type));
   m.impl("record_stream", TORCH_FN(native::record_stream));
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));

@@ -1,10 +1,9 @@
-"""Tied parameters across `module.to("flagos")`.
+"""Parameters keep their identity across `module.to("flagos")`, as across `.to("cuda")`.
 
-PyTorch keeps a Parameter object (and so every tie to it) across `.to()` only when the new
-tensor's type is shallow-copy compatible with the old one, which it decides from a fixed list
-of in-tree backends; PrivateUse1 is not on it, so a plain `.to("flagos")` gives each module its
-own new Parameter and unties shared weights (GPT-2's embedding and LM head, for one). The two
-remedies the docs give are checked here against CPU training of the tied model.
+Module.to() keeps a Parameter object (and every tie to it, and every optimizer holding it) by
+`param.data = moved` when `torch._has_compatible_shallow_copy_type` allows it; PyTorch's own
+answer leaves PrivateUse1 out, so flagos registers its own (csrc/aten/native/minimal.cpp).
+Without it each module got a new Parameter and shared weights came out untied.
 """
 
 from __future__ import annotations
@@ -55,18 +54,43 @@ def _reference() -> tuple[TiedModel, list[float]]:
     return model, _train(copy.deepcopy(model), "cpu")
 
 
+def test_a_plain_move_keeps_the_tie_and_trains_like_cpu() -> None:
+    model, expected = _reference()
+    moved = copy.deepcopy(model)
+    weight = moved.embed.weight
+    moved.to("flagos")
+    assert moved.head.weight is moved.embed.weight is weight
+    assert weight.device.type == "flagos"
+    assert len(list(moved.parameters())) == 1
+    torch.testing.assert_close(_train(moved, "flagos"), expected)
+
+
+def test_an_optimizer_made_before_the_move_updates_the_moved_parameters() -> None:
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.to("flagos")
+    before = model.weight.detach().cpu().clone()
+    model(torch.ones(3, 4, device="flagos")).sum().backward()
+    opt.step()
+    assert model.weight.device.type == "flagos" and model.weight.grad.device.type == "flagos"
+    torch.testing.assert_close(model.weight.detach().cpu(), before - 3.0)
+
+
+def test_moving_back_and_assigning_data_across_devices() -> None:
+    model = nn.Linear(4, 2)
+    weight = model.weight
+    model.to("flagos").to("cpu")
+    assert model.weight is weight and weight.device.type == "cpu"
+    t = torch.zeros(3, requires_grad=True)
+    t.data = torch.ones(3, device="flagos")
+    assert t.device.type == "flagos" and t.requires_grad
+    torch.testing.assert_close(t.detach().cpu(), torch.ones(3))
+
+
 def test_swapping_parameters_on_conversion_keeps_the_tie(swap_on_conversion) -> None:
     model, expected = _reference()
     moved = copy.deepcopy(model).to("flagos")
     assert moved.head.weight is moved.embed.weight
     assert moved.head.weight.device.type == "flagos"
-    assert len(list(moved.parameters())) == 1
-    torch.testing.assert_close(_train(moved, "flagos"), expected)
-
-
-def test_retying_after_the_move_matches_the_tied_cpu_model() -> None:
-    model, expected = _reference()
-    moved = copy.deepcopy(model).to("flagos")
-    moved.head.weight = moved.embed.weight  # what transformers' model.tie_weights() does
     assert len(list(moved.parameters())) == 1
     torch.testing.assert_close(_train(moved, "flagos"), expected)

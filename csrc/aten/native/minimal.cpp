@@ -45,9 +45,7 @@ void check_factory_options(std::optional<at::Layout> layout, std::optional<bool>
 
 // Sets sizes (and strides, contiguous when none are given) and grows the storage to fit.
 void resize_impl(
-    c10::TensorImpl* self,
-    at::IntArrayRef size,
-    std::optional<at::IntArrayRef> stride) {
+    c10::TensorImpl* self, at::IntArrayRef size, std::optional<at::IntArrayRef> stride) {
   if (stride.has_value()) {
     self->set_sizes_and_strides(size, *stride);
   } else {
@@ -115,16 +113,12 @@ at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntAr
 }
 
 const at::Tensor& resize_(
-    const at::Tensor& self,
-    at::IntArrayRef size,
-    std::optional<at::MemoryFormat> memory_format) {
+    const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
   resize_impl(impl, size, std::nullopt);
   if (memory_format.has_value()) {
     TORCH_CHECK(
-        *memory_format != at::MemoryFormat::Preserve,
-        "Unsupported memory format ",
-        *memory_format);
+        *memory_format != at::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
     impl->empty_tensor_restride(*memory_format);
   }
   return self;
@@ -161,9 +155,7 @@ at::Tensor& set_storage(
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_offset(storage_offset);
   resize_impl(
-      impl,
-      size,
-      stride.data() != nullptr ? std::optional<at::IntArrayRef>(stride) : std::nullopt);
+      impl, size, stride.data() != nullptr ? std::optional<at::IntArrayRef>(stride) : std::nullopt);
   return self;
 }
 
@@ -198,6 +190,28 @@ bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
   accelerator().device_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
+// torch's own answer leaves PrivateUse1 out of the dense backends that may swap places, so
+// Module.to("flagos") could not keep its Parameter objects (`param.data = moved`) and gave each
+// module a new one, untying shared weights. A flagos tensor is a plain strided TensorImpl like
+// a dense CPU or CUDA one, so it may take their place and they its.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const auto is_dense = [](c10::DispatchKeySet ks) {
+    constexpr auto dense_backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit,
+         c10::BackendComponent::CUDABit,
+         c10::BackendComponent::HIPBit,
+         c10::BackendComponent::XPUBit,
+         c10::BackendComponent::MPSBit,
+         c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit,
+         c10::BackendComponent::PrivateUse1Bit});
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(dense_backends);
+  };
+  auto* impl = self.unsafeGetTensorImpl();
+  return impl->has_compatible_shallow_copy_type(from.key_set()) ||
+         (is_dense(self.key_set()) && is_dense(from.key_set()));
 }
 
 } // namespace torch_fl::native

@@ -35,9 +35,7 @@ at::Tensor view(const at::Tensor& self, at::IntArrayRef size);
 at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride);
 
 const at::Tensor& resize_(
-    const at::Tensor& self,
-    at::IntArrayRef size,
-    std::optional<at::MemoryFormat> memory_format);
+    const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> memory_format);
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
@@ -53,6 +51,8 @@ at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source);
 at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source);
 at::Tensor& set_empty(at::Tensor& self);
 bool is_set_to(const at::Tensor& self, const at::Tensor& tensor);
+// Whether `self` may take over `from`'s metadata and memory (`self.data = from`).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 
 void record_stream(at::Tensor& self, c10::Stream stream);
 
