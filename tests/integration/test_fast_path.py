@@ -120,6 +120,17 @@ CASES = {
     "addcmul_": (lambda t: t["a"].clone().addcmul_(t["b"], t["c"], value=2.0), []),
     "addcdiv_": (lambda t: t["a"].clone().addcdiv_(t["b"], t["pos"], value=2.0), []),
     "argmax": (lambda t: t["a"].argmax(dim=1), ["aten::argmax"]),
+    "arange": (
+        lambda t: torch.arange(1.0, 4.0, 0.5, device=t["a"].device) * t["w"][0],
+        ["aten::arange.start_out"],
+    ),
+    "tril": (lambda t: torch.tril(t["a"], diagonal=-1), ["aten::tril"]),
+    "all_dim": (lambda t: (t["a"] > -5).all(dim=1), ["aten::all.dim"]),
+    "isneginf": (lambda t: torch.isneginf(t["a"].log()), ["aten::isneginf"]),
+    "where_out": (
+        lambda t: torch.where(t["mask"], t["a"].detach(), t["b"].detach(), out=t["c"].detach()),
+        ["aten::where.self_out"],
+    ),
 }
 
 

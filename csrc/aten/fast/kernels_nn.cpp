@@ -1,5 +1,6 @@
 // Fast kernels of matrix products, reductions, softmax, losses, normalisation, indexing and cat:
-// the hot operators of a transformer's forward and backward besides the pointwise ones.
+// the hot operators of a transformer's forward and backward besides the pointwise ones, and the
+// small ones transformers' masking and position code calls every step (arange, tril, all).
 
 #include "aten/fast/fast_kernel.h"
 #include "aten/fast/registry.h"
@@ -9,7 +10,9 @@
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/all_ops.h>
 #include <ATen/ops/amax_ops.h>
+#include <ATen/ops/arange_ops.h>
 #include <ATen/ops/argmax_ops.h>
 #include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
@@ -26,6 +29,7 @@
 #include <ATen/ops/nll_loss_backward_ops.h>
 #include <ATen/ops/nll_loss_forward_ops.h>
 #include <ATen/ops/sum_ops.h>
+#include <ATen/ops/tril_ops.h>
 
 namespace torch_fl::fast {
 namespace {
@@ -57,6 +61,9 @@ const Kernel kKernels[] = {
     FLAGOS_FAST(gather),
     FLAGOS_FAST(cat),
     FLAGOS_FAST(cat_out),
+    FLAGOS_FAST(arange_start_out),
+    FLAGOS_FAST(tril),
+    FLAGOS_FAST(all_dim),
 };
 
 } // namespace

@@ -16,6 +16,7 @@
 #include <ATen/ops/fill_ops.h>
 #include <ATen/ops/gelu_backward_ops.h>
 #include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/isneginf_ops.h>
 #include <ATen/ops/lerp_ops.h>
 #include <ATen/ops/log_ops.h>
 #include <ATen/ops/masked_fill_ops.h>
@@ -87,6 +88,8 @@ const Kernel kKernels[] = {
     FLAGOS_FAST(masked_fill__Scalar),
     FLAGOS_FAST(masked_fill__Tensor),
     FLAGOS_FAST(where_self),
+    FLAGOS_FAST(where_self_out),
+    FLAGOS_FAST(isneginf),
     FLAGOS_FAST(fill__Scalar),
     FLAGOS_FAST(fill__Tensor),
     FLAGOS_FAST(zero_),
