@@ -127,6 +127,25 @@ CASES = {
     "tril": (lambda t: torch.tril(t["a"], diagonal=-1), ["aten::tril"]),
     "all_dim": (lambda t: (t["a"] > -5).all(dim=1), ["aten::all.dim"]),
     "isneginf": (lambda t: torch.isneginf(t["a"].log()), ["aten::isneginf"]),
+    "compare_and_bitwise": (
+        lambda t: ((t["a"] != t["b"]) & (t["a"] < 0.5)) | ~(t["b"] > t["c"]) | (t["a"] != 0),
+        [
+            "aten::ne.Tensor",
+            "aten::ne.Scalar",
+            "aten::lt.Scalar",
+            "aten::gt.Tensor",
+            "aten::bitwise_and.Tensor",
+            "aten::bitwise_or.Tensor",
+            "aten::bitwise_not",
+        ],
+    ),
+    "lt_tensor_gt_scalar": (lambda t: (t["a"] < t["b"]) & (t["c"] > 0), ["aten::lt.Tensor"]),
+    "any_all_max": (
+        lambda t: (t["mask"].any(), t["mask"].any(dim=0), t["mask"].all(), t["a"].max()),
+        ["aten::any", "aten::any.dim", "aten::all", "aten::max"],
+    ),
+    "cumsum": (lambda t: t["a"].cumsum(dim=1), ["aten::cumsum"]),
+    "isin": (lambda t: torch.isin(t["tok"], t["idx"]), ["aten::isin.Tensor_Tensor"]),
     "where_out": (
         lambda t: torch.where(t["mask"], t["a"].detach(), t["b"].detach(), out=t["c"].detach()),
         ["aten::where.self_out"],

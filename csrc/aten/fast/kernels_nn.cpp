@@ -1,6 +1,7 @@
 // Fast kernels of matrix products, reductions, softmax, losses, normalisation, indexing and cat:
 // the hot operators of a transformer's forward and backward besides the pointwise ones, and the
-// small ones transformers' masking and position code calls every step (arange, tril, all).
+// small ones transformers' masking, position and generation code calls every step (arange,
+// tril, any/all, max, cumsum, isin).
 
 #include "aten/fast/fast_kernel.h"
 #include "aten/fast/registry.h"
@@ -12,15 +13,19 @@
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/all_ops.h>
 #include <ATen/ops/amax_ops.h>
+#include <ATen/ops/any_ops.h>
 #include <ATen/ops/arange_ops.h>
 #include <ATen/ops/argmax_ops.h>
 #include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/cat_ops.h>
+#include <ATen/ops/cumsum_ops.h>
 #include <ATen/ops/embedding_dense_backward_ops.h>
 #include <ATen/ops/gather_ops.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/isin_ops.h>
+#include <ATen/ops/max_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/native_dropout_backward_ops.h>
@@ -64,6 +69,12 @@ const Kernel kKernels[] = {
     FLAGOS_FAST(arange_start_out),
     FLAGOS_FAST(tril),
     FLAGOS_FAST(all_dim),
+    FLAGOS_FAST(all),
+    FLAGOS_FAST(any),
+    FLAGOS_FAST(any_dim),
+    FLAGOS_FAST(max),
+    FLAGOS_FAST(cumsum),
+    FLAGOS_FAST(isin_Tensor_Tensor),
 };
 
 } // namespace

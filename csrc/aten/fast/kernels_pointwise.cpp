@@ -8,6 +8,9 @@
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
+#include <ATen/ops/bitwise_and_ops.h>
+#include <ATen/ops/bitwise_not_ops.h>
+#include <ATen/ops/bitwise_or_ops.h>
 #include <ATen/ops/clamp_ops.h>
 #include <ATen/ops/clone_ops.h>
 #include <ATen/ops/div_ops.h>
@@ -16,11 +19,14 @@
 #include <ATen/ops/fill_ops.h>
 #include <ATen/ops/gelu_backward_ops.h>
 #include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/gt_ops.h>
 #include <ATen/ops/isneginf_ops.h>
 #include <ATen/ops/lerp_ops.h>
 #include <ATen/ops/log_ops.h>
+#include <ATen/ops/lt_ops.h>
 #include <ATen/ops/masked_fill_ops.h>
 #include <ATen/ops/mul_ops.h>
+#include <ATen/ops/ne_ops.h>
 #include <ATen/ops/neg_ops.h>
 #include <ATen/ops/pow_ops.h>
 #include <ATen/ops/reciprocal_ops.h>
@@ -79,6 +85,15 @@ const Kernel kKernels[] = {
     FLAGOS_FAST(clamp),
     FLAGOS_FAST(eq_Tensor),
     FLAGOS_FAST(eq_Scalar),
+    FLAGOS_FAST(ne_Tensor),
+    FLAGOS_FAST(ne_Scalar),
+    FLAGOS_FAST(lt_Tensor),
+    FLAGOS_FAST(lt_Scalar),
+    FLAGOS_FAST(gt_Tensor),
+    FLAGOS_FAST(gt_Scalar),
+    FLAGOS_FAST(bitwise_and_Tensor),
+    FLAGOS_FAST(bitwise_or_Tensor),
+    FLAGOS_FAST(bitwise_not),
     FLAGOS_FAST(addcmul),
     FLAGOS_FAST(addcmul_),
     FLAGOS_FAST(addcdiv),
