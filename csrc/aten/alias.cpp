@@ -34,8 +34,7 @@ c10::DataPtr take_native_memory(const c10::Storage& native, bool may_take_over =
     return impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
   }
   c10::raw::intrusive_ptr::incref(impl);
-  return c10::DataPtr(
-      impl->mutable_data(), impl, &release_native_storage, impl->device());
+  return c10::DataPtr(impl->mutable_data(), impl, &release_native_storage, impl->device());
 }
 
 void copy_bits(c10::TensorImpl* dst, const c10::TensorImpl* src) {
@@ -91,13 +90,14 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {
   }
   auto& accel = accelerator();
   const size_t nbytes = native.nbytes();
-  c10::Storage flagos(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(),
-      nbytes,
-      accel.adopt_native(
-          take_native_memory(native, ownership_ == Ownership::TakeOverFresh), nbytes, index_),
-      accel.device_allocator(),
-      /*resizable=*/true));
+  c10::Storage flagos(
+      c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(),
+          nbytes,
+          accel.adopt_native(
+              take_native_memory(native, ownership_ == Ownership::TakeOverFresh), nbytes, index_),
+          accel.device_allocator(),
+          /*resizable=*/true));
   seen_.emplace_back(key, flagos);
   return flagos;
 }
@@ -176,8 +176,9 @@ void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
       // view of it shares, as a native resize would.
       auto* storage = dst->storage().unsafeGetStorageImpl();
       const size_t nbytes = alias_storage.nbytes();
-      storage->set_data_ptr_noswap(accelerator().adopt_native(
-          take_native_memory(alias_storage), nbytes, original.device().index()));
+      storage->set_data_ptr_noswap(
+          accelerator().adopt_native(
+              take_native_memory(alias_storage), nbytes, original.device().index()));
       storage->set_nbytes(nbytes);
     } else {
       // The kernel pointed the tensor at other memory (set_ and friends).

@@ -28,9 +28,7 @@ class FLAGOS_API StorageRelabeler {
   // caller still holds must only be shared.
   enum class Ownership { TakeOverFresh, Share };
 
-  explicit StorageRelabeler(
-      c10::DeviceIndex index,
-      Ownership ownership = Ownership::TakeOverFresh)
+  explicit StorageRelabeler(c10::DeviceIndex index, Ownership ownership = Ownership::TakeOverFresh)
       : index_(index), ownership_(ownership) {}
   c10::Storage to_flagos(const c10::Storage& native);
 

@@ -245,8 +245,8 @@ void finish_call(
     }
   }
 
-  const auto native_type = call.mapping == Mapping::Alias ? accelerator().native_device_type()
-                                                          : c10::DeviceType::CPU;
+  const auto native_type =
+      call.mapping == Mapping::Alias ? accelerator().native_device_type() : c10::DeviceType::CPU;
   const c10::Device flagos(c10::DeviceType::PrivateUse1, call.index);
   const size_t rbegin = stack->size() - plan.num_returns;
   ResultRelabeler to_flagos(call.index, native_type, call.relabel_in_place);
@@ -310,9 +310,7 @@ void call_native(
 }
 
 void call_native_aliased(
-    const c10::OperatorHandle& op,
-    torch::jit::Stack* stack,
-    c10::DispatchKey native_key) {
+    const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DispatchKey native_key) {
   const auto plan = ArgPlan::build(op.schema());
   call_native(
       op, plan, stack, native_key, Mapping::Alias, op.hasComputedKernelForDispatchKey(native_key));

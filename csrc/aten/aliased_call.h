@@ -27,7 +27,14 @@
 namespace torch_fl {
 
 struct FLAGOS_API ArgPlan {
-  enum class Kind : uint8_t { Tensor, TensorList, OptionalTensorList, Device, Generator, OptionalGenerator };
+  enum class Kind : uint8_t {
+    Tensor,
+    TensorList,
+    OptionalTensorList,
+    Device,
+    Generator,
+    OptionalGenerator
+  };
   struct Arg {
     uint16_t index;
     Kind kind;
@@ -90,8 +97,6 @@ FLAGOS_API void call_native(
 
 // The same for one-off callers (builds the plan on every call).
 FLAGOS_API void call_native_aliased(
-    const c10::OperatorHandle& op,
-    torch::jit::Stack* stack,
-    c10::DispatchKey native_key);
+    const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DispatchKey native_key);
 
 } // namespace torch_fl

@@ -9,13 +9,10 @@ namespace torch_fl {
 namespace {
 
 // PyTorch's shared op lists name ATen types unqualified, and which types differs by version.
-using namespace at;  // NOLINT(google-build-using-namespace)
+using namespace at; // NOLINT(google-build-using-namespace)
 
 at::Tensor binary_cross_entropy_banned(
-    const at::Tensor&,
-    const at::Tensor&,
-    const std::optional<at::Tensor>&,
-    int64_t) {
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, int64_t) {
   TORCH_CHECK(
       false,
       "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
@@ -49,9 +46,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_PROMOTE(FLAGOS_PROMOTE)
 #undef FLAGOS_PROMOTE
 
-  m.impl(
-      TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"),
-      TORCH_FN(binary_cross_entropy_banned));
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
 }
 
 } // namespace

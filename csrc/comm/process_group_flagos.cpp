@@ -34,8 +34,17 @@ struct WorkContext {
 
   std::string str() const {
     return c10::str(
-        "ProcessGroupFlagOS ", op, " (tier ", tier, ", ", path_name(path), ", rank ", rank,
-        " of ", size, ")");
+        "ProcessGroupFlagOS ",
+        op,
+        " (tier ",
+        tier,
+        ", ",
+        path_name(path),
+        ", rank ",
+        rank,
+        " of ",
+        size,
+        ")");
   }
 };
 
@@ -83,8 +92,7 @@ struct Completion {
 std::vector<c10::Device> flagos_devices(const std::vector<at::Tensor>& tensors) {
   std::vector<c10::Device> devices;
   for (const auto& t : tensors) {
-    if (is_flagos(t) &&
-        std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+    if (is_flagos(t) && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
       devices.push_back(t.device());
     }
   }
@@ -349,41 +357,74 @@ class Call {
     TORCH_CHECK(t.defined(), context(), ": ", what, " is an undefined tensor");
     TORCH_CHECK(
         is_flagos(t),
-        context(), ": ", what, " is on ", t.device(),
+        context(),
+        ": ",
+        what,
+        " is on ",
+        t.device(),
         "; this backend takes flagos tensors. To run collectives on cpu tensors too, initialise "
         "the group with backend=\"cpu:gloo,flagos:flagos\".");
     TORCH_CHECK(
         t.layout() == c10::kStrided,
-        context(), ": ", what, " has layout ", t.layout(), "; only strided tensors are supported");
+        context(),
+        ": ",
+        what,
+        " has layout ",
+        t.layout(),
+        "; only strided tensors are supported");
     TORCH_CHECK(
         t.is_contiguous(t.suggest_memory_format()),
-        context(), ": ", what, " is not contiguous (sizes ", t.sizes(), ", strides ",
-        t.strides(), "); call .contiguous() first");
+        context(),
+        ": ",
+        what,
+        " is not contiguous (sizes ",
+        t.sizes(),
+        ", strides ",
+        t.strides(),
+        "); call .contiguous() first");
     if (!device_) {
       device_ = t.device();
       const auto bound = pg_.getBoundDeviceId();
       TORCH_CHECK(
           !bound || bound->type() != kFlagos || bound->index() == t.device().index(),
-          context(), ": ", what, " is on ", t.device(), " but this rank was bound to ", *bound,
+          context(),
+          ": ",
+          what,
+          " is on ",
+          t.device(),
+          " but this rank was bound to ",
+          *bound,
           " by init_process_group(device_id=...)");
     } else {
       TORCH_CHECK(
           t.device() == *device_,
-          context(), ": ", what, " is on ", t.device(), " while another tensor of the same call "
-          "is on ", *device_, "; one rank drives one device, so all tensors must be on it");
+          context(),
+          ": ",
+          what,
+          " is on ",
+          t.device(),
+          " while another tensor of the same call "
+          "is on ",
+          *device_,
+          "; one rank drives one device, so all tensors must be on it");
     }
   }
 
   void check_dtype(const at::Tensor& t, const at::Tensor& ref, const char* what) {
     TORCH_CHECK(
         t.scalar_type() == ref.scalar_type(),
-        context(), ": ", what, " has dtype ", t.scalar_type(), " but the input has dtype ",
-        ref.scalar_type(), "; they must match");
+        context(),
+        ": ",
+        what,
+        " has dtype ",
+        t.scalar_type(),
+        " but the input has dtype ",
+        ref.scalar_type(),
+        "; they must match");
   }
 
   void check_numel(int64_t got, int64_t want, const char* what) {
-    TORCH_CHECK(
-        got == want, context(), ": ", what, " has ", got, " elements, expected ", want);
+    TORCH_CHECK(got == want, context(), ": ", what, " has ", got, " elements, expected ", want);
   }
 
   // Coalesced tensor collectives pair output i with input i; one side holds world-size times the
@@ -393,8 +434,13 @@ class Call {
       const std::vector<at::Tensor>& inputs,
       bool outputs_are_larger) {
     TORCH_CHECK(
-        outputs.size() == inputs.size(), context(), ": ", outputs.size(), " outputs for ",
-        inputs.size(), " inputs");
+        outputs.size() == inputs.size(),
+        context(),
+        ": ",
+        outputs.size(),
+        " outputs for ",
+        inputs.size(),
+        " inputs");
     const int64_t world = pg_.getSize();
     for (size_t i = 0; i < outputs.size(); ++i) {
       check(outputs[i], "output");
@@ -499,9 +545,10 @@ class Call {
       }
       const bool may_scale_in_place = in_place || pg_.path_ == TensorPath::HostStaged;
       for (auto* t : inputs) {
-        at::Tensor f = factor.defined() ? factor.to(t->device())
-                                        : at::scalar_tensor(supplement->double_factor,
-                                              t->options().dtype(at::kDouble));
+        at::Tensor f =
+            factor.defined()
+                ? factor.to(t->device())
+                : at::scalar_tensor(supplement->double_factor, t->options().dtype(at::kDouble));
         if (may_scale_in_place) {
           t->mul_(f);
         } else {
@@ -519,8 +566,7 @@ class Call {
     return op;
   }
 
-  c10::intrusive_ptr<c10d::Work> finish(
-      c10::intrusive_ptr<c10d::Work> inner, c10d::OpType type) {
+  c10::intrusive_ptr<c10d::Work> finish(c10::intrusive_ptr<c10d::Work> inner, c10d::OpType type) {
     if (pg_.coalescing_) {
       for (const auto& t : completion_->results) {
         pg_.coalesced_results_.push_back(t);
@@ -545,7 +591,7 @@ class Call {
   at::Tensor staged_copy(const at::Tensor& t) {
     auto alias = native_alias(t);
     auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
-    staged.copy_(alias);  // synchronous: ordered after the work queued on the current stream
+    staged.copy_(alias); // synchronous: ordered after the work queued on the current stream
     return staged;
   }
 
@@ -568,7 +614,8 @@ ProcessGroupFlagOS::ProcessGroupFlagOS(
   TORCH_CHECK(
       !(tier_ == "nccl" && accelerator().native_device_type() != c10::DeviceType::CUDA),
       "ProcessGroupFlagOS: the nccl tier needs a CUDA-ABI accelerator; this build's accelerator "
-      "is ", accelerator().name());
+      "is ",
+      accelerator().name());
   init();
 }
 
@@ -578,7 +625,7 @@ void ProcessGroupFlagOS::bind_inner_device() {
   const auto bound = getBoundDeviceId();
   if (bound && bound->type() == kFlagos && !inner_->getBoundDeviceId()) {
     const auto native = accelerator().native_device(bound->index());
-    if (native.has_index()) {  // cpu (the cpu accelerator's native device) has none
+    if (native.has_index()) { // cpu (the cpu accelerator's native device) has none
       inner_->setBoundDeviceId(native);
     }
   }
@@ -592,7 +639,9 @@ bool ProcessGroupFlagOS::supportsCoalescing() const {
 void ProcessGroupFlagOS::startCoalescing() {
   TORCH_CHECK(
       !coalescing_,
-      "ProcessGroupFlagOS (tier ", tier_, "): startCoalescing while already coalescing");
+      "ProcessGroupFlagOS (tier ",
+      tier_,
+      "): startCoalescing while already coalescing");
   native_coalescing_ = supportsCoalescing();
   if (native_coalescing_) {
     inner_->startCoalescing();
@@ -604,8 +653,7 @@ void ProcessGroupFlagOS::startCoalescing() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
   TORCH_CHECK(
-      coalescing_,
-      "ProcessGroupFlagOS (tier ", tier_, "): endCoalescing without startCoalescing");
+      coalescing_, "ProcessGroupFlagOS (tier ", tier_, "): endCoalescing without startCoalescing");
   coalescing_ = false;
   auto results = std::move(coalesced_results_);
   auto works = std::move(coalesced_works_);
@@ -621,7 +669,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
   auto completion = std::make_shared<Completion>();
   completion->results = std::move(results);
   return c10::make_intrusive<FlagOSWork>(
-      getRank(), c10d::OpType::COALESCED, std::move(inner), std::move(completion),
+      getRank(),
+      c10d::OpType::COALESCED,
+      std::move(inner),
+      std::move(completion),
       WorkContext{"coalesced collectives", tier_, path_, getRank(), getSize()});
 }
 
@@ -722,8 +773,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::allgather(
     }
     inner_outputs.push_back(call.out(outputs[i]));
   }
-  return call.finish(
-      inner_->allgather(inner_outputs, inner_inputs, opts), c10d::OpType::ALLGATHER);
+  return call.finish(inner_->allgather(inner_outputs, inner_inputs, opts), c10d::OpType::ALLGATHER);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::_allgather_base(
@@ -869,7 +919,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::reduce_scatter_tensor_coalesc
   inner_opts.reduceOp = call.reduce_op(opts.reduceOp, scaled, inner_outputs, false);
   return call.finish(
       inner_->reduce_scatter_tensor_coalesced(inner_outputs, inner_inputs, inner_opts),
-      c10d::OpType::COALESCED);  // REDUCE_SCATTER_TENSOR_COALESCED is absent before torch 2.12
+      c10d::OpType::COALESCED); // REDUCE_SCATTER_TENSOR_COALESCED is absent before torch 2.12
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::alltoall_base(
@@ -884,8 +934,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::alltoall_base(
   call.check_dtype(output, input, "the output");
   auto inner_output = call.out(output);
   return call.finish(
-      inner_->alltoall_base(
-          inner_output, inner_input, output_split_sizes, input_split_sizes, opts),
+      inner_->alltoall_base(inner_output, inner_input, output_split_sizes, input_split_sizes, opts),
       c10d::OpType::ALLTOALL_BASE);
 }
 
@@ -902,8 +951,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::alltoall(
     }
   }
   auto inner_outputs = call.out(outputs);
-  return call.finish(
-      inner_->alltoall(inner_outputs, inner_inputs, opts), c10d::OpType::ALLTOALL);
+  return call.finish(inner_->alltoall(inner_outputs, inner_inputs, opts), c10d::OpType::ALLTOALL);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::send(
@@ -933,8 +981,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::barrier(const c10d::BarrierOp
   if (opts.device && opts.device->type() == kFlagos) {
     inner_opts.device = accelerator().native_device(opts.device->index());
   }
-  if (inner_opts.device && inner_opts.device->type() != c10::DeviceType::CUDA &&
-      tier_ == "nccl") {
+  if (inner_opts.device && inner_opts.device->type() != c10::DeviceType::CUDA && tier_ == "nccl") {
     inner_opts.device.reset();
   }
   return call.finish(inner_->barrier(inner_opts), c10d::OpType::BARRIER);

@@ -30,10 +30,7 @@ FLAGOS_API const char* tensor_path_name(TensorPath path);
 class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
  public:
   // `tier` names the inner backend's tier ("nccl", "gloo", ...) for messages and inspection.
-  ProcessGroupFlagOS(
-      c10::intrusive_ptr<c10d::Backend> inner,
-      std::string tier,
-      TensorPath path);
+  ProcessGroupFlagOS(c10::intrusive_ptr<c10d::Backend> inner, std::string tier, TensorPath path);
   ~ProcessGroupFlagOS() override;
 
   const std::string getBackendName() const override {
@@ -142,8 +139,7 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
       std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(
       std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(
-      std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 

@@ -24,7 +24,10 @@ comm::TensorPath parse_path(const std::string& path) {
   if (path == "host_staged") {
     return comm::TensorPath::HostStaged;
   }
-  TORCH_CHECK(false, "ProcessGroupFlagOS: unknown tensor path '", path,
+  TORCH_CHECK(
+      false,
+      "ProcessGroupFlagOS: unknown tensor path '",
+      path,
       "'; valid paths: zero_copy, host_staged");
 }
 
@@ -33,11 +36,12 @@ py::module_ bind_comm() {
   if (py::hasattr(core, "_comm")) {
     return core.attr("_comm").cast<py::module_>();
   }
-  py::module_::import("torch.distributed");  // registers c10d::Backend with pybind11
+  py::module_::import("torch.distributed"); // registers c10d::Backend with pybind11
   auto sub = core.def_submodule("_comm", "c10d backend for flagos tensors");
   using comm::ProcessGroupFlagOS;
   py::class_<ProcessGroupFlagOS, c10d::Backend, c10::intrusive_ptr<ProcessGroupFlagOS>>(
-      sub, "ProcessGroupFlagOS",
+      sub,
+      "ProcessGroupFlagOS",
       "c10d backend for flagos tensors over an inner gloo or NCCL backend")
       .def(
           py::init([](const c10::intrusive_ptr<c10d::Backend>& inner,
@@ -69,7 +73,9 @@ py::module_ bind_comm() {
 } // namespace
 
 void init_comm_bindings(py::module_& m) {
-  m.def("_comm_init", &bind_comm,
+  m.def(
+      "_comm_init",
+      &bind_comm,
       "Binds ProcessGroupFlagOS (importing torch.distributed) and returns torch_fl._C._comm.");
 }
 

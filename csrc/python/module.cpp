@@ -107,8 +107,8 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_default_generator", [](int index) {
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
-        default_generator(static_cast<c10::DeviceIndex>(index))));
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
   });
 
   m.def("_device_properties", [](int index) {

@@ -26,8 +26,7 @@ using routing::OpEntry;
 [[noreturn]] void rethrow_named(py::error_already_set& err, const std::string& op) {
   py::object type = err.type();
   py::object value = err.value();
-  const std::string message =
-      op + " (flagos_python route): " + py::str(value).cast<std::string>();
+  const std::string message = op + " (flagos_python route): " + py::str(value).cast<std::string>();
   py::str text(message);
   PyObject* fresh = PyObject_CallOneArg(type.ptr(), text.ptr());
   if (fresh == nullptr || PyObject_IsInstance(fresh, type.ptr()) != 1) {
@@ -120,9 +119,17 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
       try {
         return torch::jit::toIValue(value, returns[r].type());
       } catch (const std::exception& ex) {
-        TORCH_CHECK_TYPE(false, e.name, " (flagos_python route): the Python kernel returned ",
-                         py::str(py::type::of(value)).cast<std::string>(), " for result ", r,
-                         ", expected ", returns[r].type()->str(), ": ", ex.what());
+        TORCH_CHECK_TYPE(
+            false,
+            e.name,
+            " (flagos_python route): the Python kernel returned ",
+            py::str(py::type::of(value)).cast<std::string>(),
+            " for result ",
+            r,
+            ", expected ",
+            returns[r].type()->str(),
+            ": ",
+            ex.what());
       }
     };
     if (returns.size() == 1) {
@@ -130,13 +137,19 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     } else if (returns.size() > 1) {
       TORCH_CHECK_TYPE(
           py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result),
-          e.name, " (flagos_python route): the Python kernel must return a tuple of ",
-          returns.size(), " results, got ", py::str(py::type::of(result)).cast<std::string>());
+          e.name,
+          " (flagos_python route): the Python kernel must return a tuple of ",
+          returns.size(),
+          " results, got ",
+          py::str(py::type::of(result)).cast<std::string>());
       auto seq = py::reinterpret_borrow<py::sequence>(result);
       TORCH_CHECK_TYPE(
-          seq.size() == returns.size(), e.name,
-          " (flagos_python route): the Python kernel returned ", seq.size(),
-          " results, expected ", returns.size());
+          seq.size() == returns.size(),
+          e.name,
+          " (flagos_python route): the Python kernel returned ",
+          seq.size(),
+          " results, expected ",
+          returns.size());
       for (size_t r = 0; r < returns.size(); ++r) {
         stack->push_back(convert(seq[r], r));
       }
@@ -147,9 +160,12 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
 
 void register_python_kernel(const std::string& op, py::object fn) {
   OpEntry& e = routing::entry_by_name(op);
-  TORCH_CHECK_TYPE(fn.is_none() || PyCallable_Check(fn.ptr()),
-                   "register_python_kernel(", e.name, "): the kernel must be callable, got ",
-                   py::str(py::type::of(fn)).cast<std::string>());
+  TORCH_CHECK_TYPE(
+      fn.is_none() || PyCallable_Check(fn.ptr()),
+      "register_python_kernel(",
+      e.name,
+      "): the kernel must be callable, got ",
+      py::str(py::type::of(fn)).cast<std::string>());
   PyObject* fresh = fn.is_none() ? nullptr : fn.inc_ref().ptr();
   auto* old = static_cast<PyObject*>(e.python_kernel.exchange(fresh, std::memory_order_acq_rel));
   Py_XDECREF(old); // calls read the kernel under the GIL too, so none is using it now
@@ -222,7 +238,9 @@ void init_routing_bindings(py::module_& m) {
   m.def("_routing_set_force_copy_fallback", &routing::set_force_copy_fallback);
   m.def("_routing_force_copy_fallback", &routing::force_copy_fallback);
   m.def("_routing_route_names", &routing::route_names);
-  m.def("_routing_default_route", [] { return std::string(routing::route_name(routing::default_route())); });
+  m.def("_routing_default_route", [] {
+    return std::string(routing::route_name(routing::default_route()));
+  });
   m.def("_routing_unavailable_reason", [](const std::string& route) {
     auto r = routing::route_from_name(route);
     TORCH_CHECK(r.has_value(), "unknown route '", route, "'");

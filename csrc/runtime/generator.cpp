@@ -61,7 +61,7 @@ FlagosGenerator* FlagosGenerator::clone_impl() const {
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
   static std::mutex mutex;
-  static std::deque<std::unique_ptr<at::Generator>> generators;  // stable addresses
+  static std::deque<std::unique_ptr<at::Generator>> generators; // stable addresses
   index = resolve_device_index(index);
   std::lock_guard<std::mutex> lock(mutex);
   if (generators.size() <= static_cast<size_t>(index)) {
@@ -69,8 +69,8 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   }
   auto& slot = generators[index];
   if (!slot) {
-    slot = std::make_unique<at::Generator>(at::make_generator<FlagosGenerator>(
-        index, accelerator().default_native_generator(index)));
+    slot = std::make_unique<at::Generator>(
+        at::make_generator<FlagosGenerator>(index, accelerator().default_native_generator(index)));
   }
   return *slot;
 }
@@ -82,10 +82,7 @@ at::Generator new_generator(c10::DeviceIndex index) {
 
 at::Generator native_generator_for(const at::Generator& flagos) {
   auto* impl = dynamic_cast<FlagosGenerator*>(flagos.unsafeGetGeneratorImpl());
-  TORCH_CHECK(
-      impl != nullptr,
-      "expected a flagos generator, got one for ",
-      flagos.device());
+  TORCH_CHECK(impl != nullptr, "expected a flagos generator, got one for ", flagos.device());
   return impl->native();
 }
 

@@ -8,9 +8,7 @@ namespace torch_fl::native {
 // The same arithmetic as ATen's CPU kernel, so masks and scaling match it exactly; bernoulli_
 // runs through the router, which hands the kernel the flagos default generator.
 std::tuple<at::Tensor, at::Tensor> native_dropout(
-    const at::Tensor& input,
-    double p,
-    std::optional<bool> train) {
+    const at::Tensor& input, double p, std::optional<bool> train) {
   if (input.numel() == 0) {
     return {input, at::empty_like(input, input.options())};
   }

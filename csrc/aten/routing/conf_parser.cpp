@@ -135,25 +135,31 @@ class Parser {
     }
     const auto eq = body.find('=');
     if (eq == std::string::npos || body.find('=', eq + 1) != std::string::npos) {
-      fail(path, number, raw,
-           "malformed line: expected '<op>.<overload> = <route>' or 'include <file>'");
+      fail(
+          path,
+          number,
+          raw,
+          "malformed line: expected '<op>.<overload> = <route>' or 'include <file>'");
     }
     const std::string lhs = trim(body.substr(0, eq));
     const std::string rhs = trim(body.substr(eq + 1));
     const auto op = canonical_op_name(lhs);
     if (!op) {
-      fail(path, number, raw,
-           "malformed operator name '" + lhs +
-               "': expected <op>.<overload> as in torch.ops.aten (e.g. add.Tensor, relu, "
-               "aten::mm.default)");
+      fail(
+          path,
+          number,
+          raw,
+          "malformed operator name '" + lhs +
+              "': expected <op>.<overload> as in torch.ops.aten (e.g. add.Tensor, relu, "
+              "aten::mm.default)");
     }
     bool known_route = false;
     for (const auto& r : options_.routes) {
       known_route = known_route || r == rhs;
     }
     if (!known_route) {
-      fail(path, number, raw,
-           "unknown route '" + rhs + "'; valid routes: " + join(options_.routes));
+      fail(
+          path, number, raw, "unknown route '" + rhs + "'; valid routes: " + join(options_.routes));
     }
     if (options_.check_op) {
       std::string why = options_.check_op(*op);
@@ -164,8 +170,8 @@ class Parser {
     entries_.push_back(Entry{*op, rhs, path, number});
   }
 
-  void include(const std::string& target, const std::string& path, int number,
-               const std::string& raw) {
+  void include(
+      const std::string& target, const std::string& path, int number, const std::string& raw) {
     if (target.empty()) {
       fail(path, number, raw, "malformed include: expected 'include <file>'");
     }
@@ -180,8 +186,8 @@ class Parser {
       }
     }
     if (static_cast<int>(stack_.size()) >= kMaxDepth) {
-      fail(path, number, raw,
-           "includes nested deeper than " + std::to_string(kMaxDepth) + " files");
+      fail(
+          path, number, raw, "includes nested deeper than " + std::to_string(kMaxDepth) + " files");
     }
     std::optional<std::string> text;
     if (options_.read_file) {
@@ -228,7 +234,8 @@ std::optional<std::string> canonical_op_name(const std::string& text) {
   return ns + "::" + name + (overload.empty() ? "" : "." + overload);
 }
 
-std::vector<Entry> parse_text(const std::string& text, const std::string& path, const Options& options) {
+std::vector<Entry> parse_text(
+    const std::string& text, const std::string& path, const Options& options) {
   Parser parser(options);
   parser.parse(text, normal_path(path));
   return parser.take();

@@ -27,9 +27,9 @@ struct ConfError : std::runtime_error {
 };
 
 struct Entry {
-  std::string op;     // canonical: "aten::add.Tensor", "aten::relu" (unnamed overload)
-  std::string route;  // one of Options::routes
-  std::string file;   // where the line is
+  std::string op;    // canonical: "aten::add.Tensor", "aten::relu" (unnamed overload)
+  std::string route; // one of Options::routes
+  std::string file;  // where the line is
   int line = 0;
 };
 
@@ -44,7 +44,8 @@ struct Options {
 };
 
 // Parses `text` as if it were the file `path` (includes resolve next to it).
-std::vector<Entry> parse_text(const std::string& text, const std::string& path, const Options& options);
+std::vector<Entry> parse_text(
+    const std::string& text, const std::string& path, const Options& options);
 // Reads and parses `path` through options.read_file.
 std::vector<Entry> parse_file(const std::string& path, const Options& options);
 

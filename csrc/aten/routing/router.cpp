@@ -4,8 +4,8 @@
 #include "runtime/accelerator.h"
 
 #include <ATen/record_function.h>
-#include <torch/library.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +21,8 @@ extern char** environ;
 namespace torch_fl::routing {
 namespace {
 
-constexpr const char* kRouteNames[kNumRoutes] = {"cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
+constexpr const char* kRouteNames[kNumRoutes] = {
+    "cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
 // Profiler event names: traces show each flagos operator's route nested under the operator.
 constexpr const char* kEventNames[kNumRoutes] = {
     "flagos::cpu_fallback", "flagos::cuda", "flagos::flagos_python", "flagos::flaggems_cpp"};
@@ -67,14 +68,14 @@ std::string check_op(const std::string& canonical) {
   std::sort(overloads.begin(), overloads.end());
   if (overloads.empty()) {
     return "the installed torch " + torch_version() + " has no operator '" + base +
-        "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
+           "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
   }
   std::string list;
   for (const auto& o : overloads) {
     list += (list.empty() ? "" : ", ") + o;
   }
-  return "the installed torch " + torch_version() + " has no such overload; overloads of " +
-      base + ": " + list;
+  return "the installed torch " + torch_version() + " has no such overload; overloads of " + base +
+         ": " + list;
 }
 
 std::string join_routes() {
@@ -298,7 +299,6 @@ std::string env_name_for(const std::string& canonical) {
   return kOpEnvPrefix + out;
 }
 
-
 void log_call(OpEntry& e, Route r) {
   const uint32_t flags = g_log.load(std::memory_order_relaxed);
   const size_t i = static_cast<size_t>(r);
@@ -373,8 +373,7 @@ std::string resolve_name(const std::string& text, const std::string& what) {
 std::string op_from_env_name(const std::string& variable, const std::string& encoded) {
   std::vector<std::string> found;
   auto consider = [&](const std::string& canonical) {
-    if (find_op(canonical) &&
-        std::find(found.begin(), found.end(), canonical) == found.end()) {
+    if (find_op(canonical) && std::find(found.begin(), found.end(), canonical) == found.end()) {
       found.push_back(canonical);
     }
   };
@@ -400,8 +399,12 @@ std::string op_from_env_name(const std::string& variable, const std::string& enc
     for (const auto& f : found) {
       list += (list.empty() ? "" : ", ") + f;
     }
-    TORCH_CHECK(false, variable, " is ambiguous: it could name ", list,
-                "; use torch_fl.routing.set_route for one of them");
+    TORCH_CHECK(
+        false,
+        variable,
+        " is ambiguous: it could name ",
+        list,
+        "; use torch_fl.routing.set_route for one of them");
   }
   return found.front();
 }
@@ -415,7 +418,8 @@ bool parse_bool(const char* variable, const char* raw) {
   if (v.empty() || v == "0" || v == "off" || v == "false" || v == "no") {
     return false;
   }
-  TORCH_CHECK(false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
+  TORCH_CHECK(
+      false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
 }
 
 uint32_t parse_log(const char* raw) {
@@ -439,8 +443,13 @@ uint32_t parse_log(const char* raw) {
     } else if (item == "all") {
       flags |= kLogDispatchAll | kLogFallback;
     } else if (!item.empty()) {
-      TORCH_CHECK(false, "FLAGOS_LOG='", raw, "': unknown value '", item,
-                  "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
+      TORCH_CHECK(
+          false,
+          "FLAGOS_LOG='",
+          raw,
+          "': unknown value '",
+          item,
+          "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
     }
     pos = comma + 1;
   }
@@ -562,8 +571,9 @@ std::string unavailable_reason(Route route) {
       return "";
 #else
       return "route 'cuda' needs a build with FLAGOS_BUILD_BOXING=1; this FLAGOS_ACCELERATOR=" +
-          accel + " build has no boxing route (rebuild with it, or use cpu_fallback or "
-          "flagos_python)";
+             accel +
+             " build has no boxing route (rebuild with it, or use cpu_fallback or "
+             "flagos_python)";
 #endif
     case Route::FlaggemsCpp:
       return "route 'flaggems_cpp' needs a build with FLAGOS_BUILD_FLAGGEMS_CPP=1 (the FlagGems "
@@ -635,13 +645,19 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       return;
     case Route::Cuda:
       call_native(
-          op, e.plan, stack, accelerator().native_dispatch_key(), Mapping::Alias,
+          op,
+          e.plan,
+          stack,
+          accelerator().native_dispatch_key(),
+          Mapping::Alias,
           e.has_native_kernel);
       return;
     case Route::FlagosPython: {
       auto python = g_python_route.load(std::memory_order_acquire);
-      TORCH_CHECK(python != nullptr, e.name,
-                  " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
+      TORCH_CHECK(
+          python != nullptr,
+          e.name,
+          " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
       python(e, stack);
       return;
     }
@@ -665,8 +681,18 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
   if (check_available) {
     for (const auto& e : entries) {
       const auto why = unavailable_reason(*route_from_name(e.route));
-      TORCH_CHECK(why.empty(), "routing table error: ", e.file, ":", e.line, ": ", e.op, " = ",
-                  e.route, ": ", why);
+      TORCH_CHECK(
+          why.empty(),
+          "routing table error: ",
+          e.file,
+          ":",
+          e.line,
+          ": ",
+          e.op,
+          " = ",
+          e.route,
+          ": ",
+          why);
     }
   }
   return entries;

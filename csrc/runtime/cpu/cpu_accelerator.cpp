@@ -32,9 +32,9 @@ c10::DeviceIndex read_device_count() {
   const long value = std::strtol(raw, &end, 10);
   if (*end != '\0' || value < 1 || value > kMaxDeviceCount) {
     set_config_error(
-        std::string("FLAGOS_CPU_DEVICE_COUNT=") + raw + " is invalid: use a whole number from 1 to " +
-        std::to_string(kMaxDeviceCount) + " (the default is " +
-        std::to_string(kDefaultDeviceCount) + ")");
+        std::string("FLAGOS_CPU_DEVICE_COUNT=") + raw +
+        " is invalid: use a whole number from 1 to " + std::to_string(kMaxDeviceCount) +
+        " (the default is " + std::to_string(kDefaultDeviceCount) + ")");
     return 0;
   }
   return static_cast<c10::DeviceIndex>(value);
@@ -42,8 +42,7 @@ c10::DeviceIndex read_device_count() {
 
 class CpuAccelerator final : public Accelerator {
  public:
-  CpuAccelerator()
-      : count_(read_device_count()), guard_(count_), device_allocator_(count_) {}
+  CpuAccelerator() : count_(read_device_count()), guard_(count_), device_allocator_(count_) {}
 
   const char* name() const override {
     return "cpu";
@@ -85,8 +84,7 @@ class CpuAccelerator final : public Accelerator {
       std::memcpy(dst, src, nbytes);
     }
   }
-  c10::DataPtr adopt_native(c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex index)
-      override {
+  c10::DataPtr adopt_native(c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex index) override {
     return device_allocator_.adopt(std::move(native), nbytes, index);
   }
   at::Generator make_native_generator(c10::DeviceIndex) const override {

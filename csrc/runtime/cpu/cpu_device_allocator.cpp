@@ -18,7 +18,7 @@ using c10::CachingAllocator::StatType;
 namespace {
 
 constexpr size_t kRound = 512;
-constexpr size_t kSmallLimit = size_t(1) << 20;  // below: "small pool", as CUDA reports it
+constexpr size_t kSmallLimit = size_t(1) << 20; // below: "small pool", as CUDA reports it
 
 size_t round_size(size_t nbytes) {
   return (nbytes + kRound - 1) / kRound * kRound;
@@ -38,9 +38,7 @@ void decrease(Stat& s, size_t amount) {
 // An adopted native allocation is its own segment: it counts as allocated, active, reserved
 // and requested at once. `update` is increase() or decrease().
 void account_adopted(
-    c10::CachingDeviceAllocator::DeviceStats& stats,
-    size_t nbytes,
-    void (*update)(Stat&, size_t));
+    c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, void (*update)(Stat&, size_t));
 
 template <typename F>
 void for_pools(size_t size, F f) {
@@ -49,9 +47,7 @@ void for_pools(size_t size, F f) {
 }
 
 void account_adopted(
-    c10::CachingDeviceAllocator::DeviceStats& stats,
-    size_t nbytes,
-    void (*update)(Stat&, size_t)) {
+    c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, void (*update)(Stat&, size_t)) {
   for_pools(nbytes, [&](size_t p) {
     for (Stat* s : {&stats.allocation[p], &stats.active[p], &stats.segment[p]}) {
       update(*s, 1);
@@ -70,16 +66,16 @@ void account_adopted(
 
 struct CpuDeviceAllocator::Block {
   void* ptr;
-  size_t size;       // rounded, as reserved
-  size_t requested;  // as asked
+  size_t size;      // rounded, as reserved
+  size_t requested; // as asked
   c10::DeviceIndex device;
   CpuDeviceAllocator* owner;
 };
 
 struct CpuDeviceAllocator::DeviceState {
   mutable std::mutex mutex;
-  std::multimap<size_t, Block*> free_blocks;      // cached, by size
-  std::unordered_map<const void*, Block*> live;  // handed out
+  std::multimap<size_t, Block*> free_blocks;    // cached, by size
+  std::unordered_map<const void*, Block*> live; // handed out
   c10::CachingDeviceAllocator::DeviceStats stats;
 };
 
@@ -96,7 +92,7 @@ CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
   }
 }
 
-CpuDeviceAllocator::~CpuDeviceAllocator() = default;  // process exit: leave blocks to the OS
+CpuDeviceAllocator::~CpuDeviceAllocator() = default; // process exit: leave blocks to the OS
 
 CpuDeviceAllocator::DeviceState& CpuDeviceAllocator::state(c10::DeviceIndex device) const {
   check_device_index(device);
@@ -192,9 +188,7 @@ void CpuDeviceAllocator::free_block(void* ctx) {
 }
 
 c10::DataPtr CpuDeviceAllocator::adopt(
-    c10::DataPtr&& native,
-    size_t nbytes,
-    c10::DeviceIndex device) {
+    c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex device) {
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
   void* ptr = native.get();
   if (ptr == nullptr) {
@@ -218,7 +212,7 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
     st.stats.num_device_free += 1;
     account_adopted(st.stats, adopted->size, &decrease);
   }
-  delete adopted;  // releases the native allocation
+  delete adopted; // releases the native allocation
 }
 
 void CpuDeviceAllocator::raw_free(void* ptr) {
@@ -291,8 +285,15 @@ void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(st.mutex);
   auto& s = st.stats;
   for (auto* arr :
-       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+       {&s.allocation,
+        &s.segment,
+        &s.active,
+        &s.inactive_split,
+        &s.allocated_bytes,
+        &s.reserved_bytes,
+        &s.active_bytes,
+        &s.inactive_split_bytes,
+        &s.requested_bytes}) {
     for (auto& stat : *arr) {
       stat.allocated = 0;
       stat.freed = 0;
@@ -309,8 +310,15 @@ void CpuDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(st.mutex);
   auto& s = st.stats;
   for (auto* arr :
-       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+       {&s.allocation,
+        &s.segment,
+        &s.active,
+        &s.inactive_split,
+        &s.allocated_bytes,
+        &s.reserved_bytes,
+        &s.active_bytes,
+        &s.inactive_split_bytes,
+        &s.requested_bytes}) {
     for (auto& stat : *arr) {
       stat.peak = stat.current;
     }

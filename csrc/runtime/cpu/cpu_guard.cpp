@@ -12,7 +12,7 @@ namespace torch_fl::cpu {
 namespace {
 
 constexpr c10::StreamId kDefaultStream = 0;
-constexpr c10::StreamId kPoolSize = 32;  // ids 1..32: the per-device pool, round robin
+constexpr c10::StreamId kPoolSize = 32; // ids 1..32: the per-device pool, round robin
 constexpr c10::StreamId kFirstNewStream = kPoolSize + 1;
 
 struct CpuEvent {
@@ -174,8 +174,7 @@ double CpuGuardImpl::elapsedTime(void* start, void* end, const c10::DeviceIndex)
       s != nullptr && e != nullptr && s->recorded && e->recorded,
       "Both events must be recorded before calculating elapsed time.");
   TORCH_CHECK(
-      s->timing && e->timing,
-      "Both events must be created with argument 'enable_timing=True'.");
+      s->timing && e->timing, "Both events must be created with argument 'enable_timing=True'.");
   return std::chrono::duration<double, std::milli>(e->when - s->when).count();
 }
 

@@ -24,7 +24,7 @@ class CpuHostAllocator final : public c10::Allocator {
   static void free_pinned(void* ptr);
 
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> blocks_;  // start -> size
+  std::map<uintptr_t, size_t> blocks_; // start -> size
 };
 
 CpuHostAllocator& host_allocator();

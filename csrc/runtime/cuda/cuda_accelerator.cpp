@@ -20,7 +20,7 @@ namespace {
 class CudaAccelerator final : public Accelerator {
  public:
   const char* name() const override {
-    return FLAGOS_ACCELERATOR_NAME;  // "cuda", or "dcu" for the hipified build
+    return FLAGOS_ACCELERATOR_NAME; // "cuda", or "dcu" for the hipified build
   }
   c10::DeviceType native_device_type() const override {
     return c10::DeviceType::CUDA;
@@ -65,11 +65,11 @@ class CudaAccelerator final : public Accelerator {
       return;
     }
     // An ATen copy of byte views: on the current stream, ordered with the kernels around it.
-    const auto options = at::TensorOptions()
-                             .dtype(at::kByte)
-                             .device(native_device(guard_.getDevice().index()));
+    const auto options =
+        at::TensorOptions().dtype(at::kByte).device(native_device(guard_.getDevice().index()));
     const auto size = static_cast<int64_t>(nbytes);
-    at::from_blob(dst, {size}, options).copy_(at::from_blob(const_cast<void*>(src), {size}, options));
+    at::from_blob(dst, {size}, options)
+        .copy_(at::from_blob(const_cast<void*>(src), {size}, options));
   }
   c10::DataPtr adopt_native(c10::DataPtr&& native, size_t, c10::DeviceIndex index) override {
     // CUDA kernels allocate from the same pool: nothing to account, only relabel.

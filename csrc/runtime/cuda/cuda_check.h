@@ -7,11 +7,11 @@
 
 #include <cuda_runtime_api.h>
 
-#define FLAGOS_CUDA_CHECK(expr)                                                     \
-  do {                                                                              \
-    const cudaError_t flagos_cuda_status = (expr);                                  \
-    TORCH_CHECK(                                                                    \
-        flagos_cuda_status == cudaSuccess,                                          \
-        #expr " failed: ",                                                          \
-        cudaGetErrorString(flagos_cuda_status));                                    \
+#define FLAGOS_CUDA_CHECK(expr)                    \
+  do {                                             \
+    const cudaError_t flagos_cuda_status = (expr); \
+    TORCH_CHECK(                                   \
+        flagos_cuda_status == cudaSuccess,         \
+        #expr " failed: ",                         \
+        cudaGetErrorString(flagos_cuda_status));   \
   } while (0)

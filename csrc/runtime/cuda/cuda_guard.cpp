@@ -16,8 +16,7 @@ const c10::impl::DeviceGuardImplInterface& CudaGuardImpl::cuda() const {
 }
 
 c10::Device to_cuda(c10::Device device) {
-  TORCH_CHECK(
-      device.type() == kFlagos, "flagos device guard got a ", device.type(), " device");
+  TORCH_CHECK(device.type() == kFlagos, "flagos device guard got a ", device.type(), " device");
   // Never hand an unresolved index (-1) to CUDA objects.
   const auto index = resolve_device_index(device.index());
   return c10::Device(kCuda, index);
@@ -28,8 +27,7 @@ c10::Stream to_cuda(const c10::Stream& stream) {
 }
 
 c10::Stream to_flagos(const c10::Stream& stream) {
-  return c10::Stream(
-      c10::Stream::UNSAFE, c10::Device(kFlagos, stream.device_index()), stream.id());
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kFlagos, stream.device_index()), stream.id());
 }
 
 c10::DeviceType CudaGuardImpl::type() const {
@@ -115,8 +113,8 @@ void CudaGuardImpl::synchronizeDevice(const c10::DeviceIndex device_index) const
   cuda().synchronizeDevice(device_index);
 }
 
-double CudaGuardImpl::elapsedTime(void* start, void* end, const c10::DeviceIndex device_index)
-    const {
+double CudaGuardImpl::elapsedTime(
+    void* start, void* end, const c10::DeviceIndex device_index) const {
   return cuda().elapsedTime(start, end, device_index);
 }
 
