@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transformer_e2e import build, device_module  # noqa: E402
+from transformer_e2e import build, device_module, run_child  # noqa: E402
 
 PHASES = ("zero_grad", "forward", "backward", "step")
 
@@ -169,21 +167,14 @@ def _child(
         ops[event.key] = (event.count / profile_steps, event.cpu_time_total / profile_steps)
     result["ops"] = ops
     result["tree"] = _subtrees(prof.events(), tree)
-    import torch
-
     if torch.cuda.is_available():
         result["memory"] = _memory_at_peak(phases)
     return result
 
 
 def _run_child(device: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = dict(os.environ)
-    if not device.startswith("flagos"):
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    cmd = [sys.executable, __file__, "--child", device, "--steps", str(args.steps)]
-    cmd += ["--profile-steps", str(args.profile_steps), "--size", args.size, "--tree", args.tree]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    options = ["--steps", str(args.steps), "--profile-steps", str(args.profile_steps)]
+    return run_child(__file__, device, [*options, "--size", args.size, "--tree", args.tree])
 
 
 def main() -> None:

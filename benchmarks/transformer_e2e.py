@@ -95,24 +95,21 @@ def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str
     }
 
 
-def _child(device: str, args: argparse.Namespace) -> dict[str, float]:
+def run_child(script: str, device: str, args: list[str]) -> dict[str, Any]:
+    """Runs `script --child device args...` in a fresh process and returns the JSON it prints
+    last. Native children never load torch_fl (a CUDA backward cannot run beside a
+    PrivateUse1 backend, pytorch/pytorch#161129)."""
     env = dict(os.environ)
     if not device.startswith("flagos"):
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        device,
-        "--steps",
-        str(args.steps),
-        "--decode-tokens",
-        str(args.decode_tokens),
-        "--size",
-        args.size,
-    ]
+    cmd = [sys.executable, script, "--child", device, *args]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _child(device: str, args: argparse.Namespace) -> dict[str, float]:
+    options = ["--steps", str(args.steps), "--decode-tokens", str(args.decode_tokens)]
+    return run_child(__file__, device, [*options, "--size", args.size])
 
 
 def main() -> None:
