@@ -40,6 +40,25 @@ void decrease(Stat& s, size_t amount) {
 void account_adopted(
     c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, void (*update)(Stat&, size_t));
 
+// Every per-pool statistic of `stats` (counts and bytes), for the resets.
+template <typename F>
+void for_each_stat(c10::CachingDeviceAllocator::DeviceStats& stats, F f) {
+  for (auto* pools :
+       {&stats.allocation,
+        &stats.segment,
+        &stats.active,
+        &stats.inactive_split,
+        &stats.allocated_bytes,
+        &stats.reserved_bytes,
+        &stats.active_bytes,
+        &stats.inactive_split_bytes,
+        &stats.requested_bytes}) {
+    for (auto& stat : *pools) {
+      f(stat);
+    }
+  }
+}
+
 template <typename F>
 void for_pools(size_t size, F f) {
   f(static_cast<size_t>(StatType::AGGREGATE));
@@ -283,22 +302,11 @@ c10::CachingDeviceAllocator::DeviceStats CpuDeviceAllocator::getDeviceStats(
 void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   auto& st = state(device);
   std::lock_guard<std::mutex> lock(st.mutex);
+  for_each_stat(st.stats, [](Stat& stat) {
+    stat.allocated = 0;
+    stat.freed = 0;
+  });
   auto& s = st.stats;
-  for (auto* arr :
-       {&s.allocation,
-        &s.segment,
-        &s.active,
-        &s.inactive_split,
-        &s.allocated_bytes,
-        &s.reserved_bytes,
-        &s.active_bytes,
-        &s.inactive_split_bytes,
-        &s.requested_bytes}) {
-    for (auto& stat : *arr) {
-      stat.allocated = 0;
-      stat.freed = 0;
-    }
-  }
   s.num_alloc_retries = 0;
   s.num_ooms = 0;
   s.num_device_alloc = 0;
@@ -308,21 +316,7 @@ void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
 void CpuDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
   auto& st = state(device);
   std::lock_guard<std::mutex> lock(st.mutex);
-  auto& s = st.stats;
-  for (auto* arr :
-       {&s.allocation,
-        &s.segment,
-        &s.active,
-        &s.inactive_split,
-        &s.allocated_bytes,
-        &s.reserved_bytes,
-        &s.active_bytes,
-        &s.inactive_split_bytes,
-        &s.requested_bytes}) {
-    for (auto& stat : *arr) {
-      stat.peak = stat.current;
-    }
-  }
+  for_each_stat(st.stats, [](Stat& stat) { stat.peak = stat.current; });
 }
 
 std::pair<size_t, size_t> CpuDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
