@@ -30,6 +30,7 @@ FLAGOS_ACCELERATOR=cuda FLAGOS_BUILD_FLAGGEMS=1 MAX_JOBS=16 timeout 240 python3 
 SKIP_BUILD=1 timeout 200 bash scripts/gpu_check.sh tests/integration/test_attention.py \
   tests/integration/test_fast_path.py tests/integration/test_comm_native_bridge.py \
   tests/integration/test_comm_gpu.py tests/integration/test_comm_backend.py \
+  tests/integration/test_tied_parameters.py \
   >"$OUT/suites.log" 2>&1 &
 suites=$!
 mkdir -p "$OUT/gems"
