@@ -8,7 +8,8 @@
 # Logs are collected in /tmp/flagos-all and packed into $OUT/logs.tgz after every phase (the
 # device tool returns at most 8 files); the FlagGems table and state are copied beside it.
 # Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
-# PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile").
+# PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; "comm" is
+# the all_reduce bandwidth); E2E_ARGS replaces the end-to-end benchmark's arguments.
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
 real_out=${OUT:-/tmp/flagos-gpu}; mkdir -p "$real_out"
@@ -60,9 +61,11 @@ bench() { # name, seconds, command...
 }
 bench dispatch 45 python3 benchmarks/dispatch_overhead.py --reps 40 --calls 20
 bench transformer 60 python3 benchmarks/dispatch_overhead.py --suite transformer --reps 20 --calls 10
-bench e2e 100 python3 benchmarks/transformer_e2e.py --rounds 2 --steps 6 --decode-tokens 16
+# shellcheck disable=SC2086 # E2E_ARGS is a list of arguments
+bench e2e 100 python3 benchmarks/transformer_e2e.py ${E2E_ARGS:---rounds 2 --steps 6 --decode-tokens 16}
 bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 30 \
   --tree "${PROFILE_TREE:-aten::add,aten::arange,aten::embedding,aten::native_dropout,aten::tanh}"
+bench comm 60 python3 benchmarks/allreduce_bandwidth.py --rounds 15 --sizes 1M,16M,64M,256M
 bench compile 80 env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" python3 benchmarks/compile_speedup.py \
   --rounds 4 --iters 10
 exit $status

@@ -98,6 +98,42 @@ def test_fused_dropout_is_reproducible_with_the_seed() -> None:
     assert not torch.allclose(runs[0][0], plain.cpu())
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(ACCELERATOR != "cuda", reason="needs the cuda accelerator build")
+def test_overrideable_attention_keeps_the_philox_state_where_the_kernel_put_it() -> None:
+    # The flash kernel returns its philox seed and offset on the device or on the host (its
+    # choice, by torch version); re-labelling a host tensor as flagos would hand the backward
+    # a host pointer as device memory.
+    q, k, v = (torch.randn(1, 2, 32, 64, dtype=torch.float16) for _ in range(3))
+    natives = [t.cuda() for t in (q, k, v)]
+    flagos = [t.to("flagos") for t in (q, k, v)]
+    torch.cuda.manual_seed(11)
+    ref = torch.ops.aten._scaled_dot_product_flash_attention(*natives, 0.2)
+    torch.flagos.manual_seed(11)
+    got = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*flagos, None, 0.2)
+    for r, g in zip((ref[6], ref[7]), (got[6], got[7]), strict=True):
+        assert g.device.type == ("flagos" if r.device.type == "cuda" else r.device.type)
+        torch.testing.assert_close(g.cpu(), r.cpu(), rtol=0, atol=0)
+    grad_out = torch.randn_like(q)
+    ref_grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        grad_out.cuda(), *natives, *ref[:6], 0.2, False, *ref[6:8]
+    )
+    got_grads = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(
+        grad_out.to("flagos"),
+        *flagos,
+        torch.empty(0, device="flagos"),  # no bias: flash takes none
+        [True, True, True, False],
+        *got[:6],
+        0.2,
+        False,
+        *got[6:8],
+    )
+    torch.testing.assert_close(got[0].cpu(), ref[0].cpu(), rtol=0, atol=0)
+    # (the backward may accumulate with atomics: equal up to the order of additions)
+    for g, r in zip(got_grads[:3], ref_grads, strict=True):
+        torch.testing.assert_close(g.cpu(), r.cpu(), rtol=1e-3, atol=1e-3)
+
+
 def test_head_dim_needing_padding_still_matches() -> None:
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, 2, 16, 20) for _ in range(3))

@@ -14,10 +14,6 @@
 namespace torch_fl::native {
 namespace {
 
-at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
-  return native.defined() ? flagos_from_native(native, index) : native;
-}
-
 // Tensors without real flagos memory behind them (FakeTensor while torch.compile traces,
 // functional wrappers) cannot be aliased to the native device.
 bool has_real_memory(const at::Tensor& t) {
@@ -132,17 +128,18 @@ FlashOutputs fused_attention_overrideable(
           is_causal,
           return_debug_mask,
           scale);
-  const auto index = query.device().index();
+  // The philox seed and offset may be host tensors (the kernel's choice): they stay as they are.
+  ResultRelabeler to_flagos(query.device().index(), accelerator().native_device_type());
   return {
-      relabel(out, index),
-      relabel(lse, index),
-      relabel(cum_q, index),
-      relabel(cum_k, index),
+      to_flagos(std::move(out)),
+      to_flagos(std::move(lse)),
+      to_flagos(std::move(cum_q)),
+      to_flagos(std::move(cum_k)),
       std::move(max_q),
       std::move(max_k),
-      relabel(seed, index),
-      relabel(offset, index),
-      relabel(debug, index)};
+      to_flagos(std::move(seed)),
+      to_flagos(std::move(offset)),
+      to_flagos(std::move(debug))};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_overrideable_backward(
@@ -181,8 +178,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_overr
       alias(philox_seed),
       alias(philox_offset),
       scale);
-  const auto index = query.device().index();
-  return {relabel(grad_q, index), relabel(grad_k, index), relabel(grad_v, index), at::Tensor()};
+  ResultRelabeler to_flagos(query.device().index(), accelerator().native_device_type());
+  return {
+      to_flagos(std::move(grad_q)),
+      to_flagos(std::move(grad_k)),
+      to_flagos(std::move(grad_v)),
+      at::Tensor()};
 }
 
 } // namespace torch_fl::native

@@ -1,20 +1,13 @@
 #include "aten/native/convolution.h"
 
 #include "aten/alias.h"
+#include "runtime/accelerator.h"
 
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <c10/core/DeviceGuard.h>
 
 namespace torch_fl::native {
-namespace {
-
-at::Tensor relabel(const at::Tensor& native, c10::DeviceIndex index) {
-  return native.defined() ? flagos_from_native(native, index) : native;
-}
-
-} // namespace
-
 at::Tensor convolution_overrideable(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -30,7 +23,7 @@ at::Tensor convolution_overrideable(
   if (bias.has_value() && bias->defined()) {
     native_bias = native_alias(*bias);
   }
-  const auto out = at::convolution(
+  auto out = at::convolution(
       native_alias(input),
       native_alias(weight),
       native_bias,
@@ -40,7 +33,8 @@ at::Tensor convolution_overrideable(
       transposed,
       output_padding,
       groups);
-  return relabel(out, input.device().index());
+  ResultRelabeler to_flagos(input.device().index(), accelerator().native_device_type());
+  return to_flagos(std::move(out));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -70,8 +64,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       output_padding,
       groups,
       output_mask);
-  const auto index = input.device().index();
-  return {relabel(grad_input, index), relabel(grad_weight, index), relabel(grad_bias, index)};
+  ResultRelabeler to_flagos(input.device().index(), accelerator().native_device_type());
+  return {
+      to_flagos(std::move(grad_input)),
+      to_flagos(std::move(grad_weight)),
+      to_flagos(std::move(grad_bias))};
 }
 
 } // namespace torch_fl::native
