@@ -4,12 +4,14 @@
 #   2. in parallel on the one GPU: the GPU suites (scripts/gpu_check.sh plus attention, fast
 #      kernels and comm tests); FlagGems (scripts/gpu_flaggems.sh: verify_routes, tests,
 #      overhead); the compile suite
-#   3. alone, for clean timings: dispatch overhead, GPT-2 end to end, compile speedup
+#   3. alone, for clean timings: dispatch overhead, GPT-2 end to end, FlagGems route overhead,
+#      all_reduce bandwidth, compile speedup
 # Logs are collected in /tmp/flagos-all and packed into $OUT/logs.tgz after every phase (the
 # device tool returns at most 8 files); the FlagGems table and state are copied beside it.
 # Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
-# PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; "comm" is
-# the all_reduce bandwidth); E2E_ARGS replaces the end-to-end benchmark's arguments.
+# PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; also "gems",
+# the FlagGems route overhead, and "comm", the all_reduce bandwidth); E2E_ARGS replaces the
+# end-to-end benchmark's arguments.
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
 real_out=${OUT:-/tmp/flagos-gpu}; mkdir -p "$real_out"
@@ -35,7 +37,7 @@ SKIP_BUILD=1 timeout 200 bash scripts/gpu_check.sh tests/integration/test_attent
   >"$OUT/suites.log" 2>&1 &
 suites=$!
 mkdir -p "$OUT/gems"
-OUT=$OUT/gems SKIP_BUILD=1 VERIFY_BUDGET=${VERIFY_BUDGET:-150} timeout 250 \
+OUT=$OUT/gems SKIP_BUILD=1 SKIP_BENCH=1 VERIFY_BUDGET=${VERIFY_BUDGET:-150} timeout 250 \
   bash scripts/gpu_flaggems.sh >"$OUT/gems.log" 2>&1 &
 gems=$!
 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 250 python3 -m pytest -q -p no:cacheprovider \
@@ -65,6 +67,7 @@ bench transformer 60 python3 benchmarks/dispatch_overhead.py --suite transformer
 bench e2e 100 python3 benchmarks/transformer_e2e.py ${E2E_ARGS:---rounds 2 --steps 6 --decode-tokens 16}
 bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 30 \
   --tree "${PROFILE_TREE:-aten::add,aten::arange,aten::embedding,aten::native_dropout,aten::tanh}"
+bench gems 60 python3 benchmarks/flaggems_overhead.py --reps 20 --calls 40
 bench comm 60 python3 benchmarks/allreduce_bandwidth.py --rounds 15 --sizes 1M,16M,64M,256M
 bench compile 80 env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" python3 benchmarks/compile_speedup.py \
   --rounds 4 --iters 10

@@ -9,6 +9,7 @@
 #   6. the overhead benchmark
 # Usage (repo root): bash scripts/gpu_flaggems.sh
 #   VERIFY_BUDGET=seconds (default 180)   SKIP_BUILD=1   RESUME=0 (ignore a previous state)
+#   SKIP_BENCH=1 (leave the overhead benchmark to the caller, e.g. to run it with the GPU alone)
 # A previous run's verify_routes.state.jsonl in the repo root (git-ignored: copy it back from
 # $OUT and carry it) is resumed: operators already decided are not verified again.
 # Output in $OUT (or /tmp/flagos-flaggems): build.log, verify.log, tests.log, bench.log,
@@ -85,6 +86,7 @@ timeout 40 python3 -m pytest -q -p no:cacheprovider -rs tests/integration/test_f
   2>&1 | tail -10 | tee -a "$out/tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+[ "${SKIP_BENCH:-0}" = 1 ] && exit $status
 echo "== $(date -u +%FT%TZ) overhead benchmark" | tee "$out/bench.log"
 timeout 60 python3 benchmarks/flaggems_overhead.py --reps 20 --calls 40 2>&1 | grep -v Warning \
   | tee -a "$out/bench.log"
