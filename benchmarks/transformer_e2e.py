@@ -137,12 +137,17 @@ def main() -> None:
         spec.loader.exec_module(mod)
         native = "cuda" if mod.ACCELERATOR == "cuda" else "cpu"
     results: dict[str, list[dict[str, float]]] = {"flagos": [], native: []}
-    for _ in range(args.rounds):
+    metrics = ("train_step_s", "decode_s", "peak_bytes")
+    for i in range(args.rounds):
         for device in ("flagos", native):
             results[device].append(_child(device, args))
+        # Per round too, so a run cut short still says something.
+        f, n = results["flagos"][-1], results[native][-1]
+        ratios = ", ".join(f"{m} {f[m] / n[m]:.3f}" for m in metrics if n[m])
+        print(f"round {i + 1}: flagos/{native} {ratios}", flush=True)
     print(f"GPT-2-style {args.size} model, {args.rounds} alternating rounds, medians")
     print(f"{'metric':<16}{'flagos':>14}{native:>14}{'ratio':>10}")
-    for metric in ("train_step_s", "decode_s", "peak_bytes"):
+    for metric in metrics:
         f = statistics.median(r[metric] for r in results["flagos"])
         n = statistics.median(r[metric] for r in results[native])
         ratio = f / n if n else float("nan")
