@@ -1,12 +1,19 @@
 // Fast kernels of matrix products, reductions, softmax, losses, normalisation, indexing and cat:
 // the hot operators of a transformer's forward and backward besides the pointwise ones, and the
 // small ones transformers' masking, position and generation code calls every step (arange,
-// tril, any/all, max, cumsum, isin).
+// tril, any/all, max, cumsum, isin), and the fused attention kernels SDPA picks (each has a
+// native kernel on one accelerator only; elsewhere the entry stays on the boxed router).
 
 #include "aten/fast/fast_kernel.h"
 #include "aten/fast/registry.h"
 
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_ops.h>
+#include <ATen/ops/_scaled_dot_product_efficient_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_efficient_attention_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
 #include <ATen/ops/_log_softmax_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
@@ -75,6 +82,12 @@ const Kernel kKernels[] = {
     FLAGOS_FAST(max),
     FLAGOS_FAST(cumsum),
     FLAGOS_FAST(isin_Tensor_Tensor),
+    FLAGOS_FAST(_scaled_dot_product_efficient_attention),
+    FLAGOS_FAST(_scaled_dot_product_efficient_attention_backward),
+    FLAGOS_FAST(_scaled_dot_product_cudnn_attention),
+    FLAGOS_FAST(_scaled_dot_product_cudnn_attention_backward),
+    FLAGOS_FAST(_scaled_dot_product_flash_attention_for_cpu),
+    FLAGOS_FAST(_scaled_dot_product_flash_attention_for_cpu_backward),
 };
 
 } // namespace
