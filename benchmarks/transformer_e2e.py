@@ -4,7 +4,10 @@ flagos against the native device: training step time, greedy-decode time and pea
 Each measurement runs in a fresh child process, alternating flagos and native for several
 rounds; medians are reported as flagos/native ratios. Training cannot share one process: a
 CUDA backward fails where a PrivateUse1 backend is registered (pytorch/pytorch#161129), so the
-native children run with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and never load torch_fl.
+native children run with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and never load torch_fl. Decoding
+runs no backward, so it is also measured in one process, flagos and native calls interleaved:
+processes on the GPU machine differ in host speed by more than the target, and this line is
+free of that.
 
     python benchmarks/transformer_e2e.py [--rounds 5] [--steps 20] [--native cuda|cpu]
 """
@@ -50,6 +53,37 @@ def device_module(device: str) -> Any:
     import torch
 
     return torch.flagos if device.startswith("flagos") else getattr(torch, device, None)
+
+
+def _decode_times(
+    model: Any, prompt: Any, tokens: int, sync: Callable[[], None]
+) -> Callable[[], float]:
+    """A function timing one greedy decode of `tokens` tokens (seconds)."""
+    import torch
+
+    def once() -> float:
+        with torch.no_grad():
+            start = time.perf_counter()
+            model.generate(prompt, max_new_tokens=tokens, do_sample=False, pad_token_id=0)
+            sync()
+            return time.perf_counter() - start
+
+    return once
+
+
+def _measure_decode_pair(native: str, reps: int, decode_tokens: int, size: str) -> dict[str, float]:
+    """Greedy decode on flagos and on the native device in this one process, interleaved."""
+    runs = {}
+    for device in ("flagos", native):
+        model, _, batch, _, sync = build(device, size)
+        model.eval()
+        runs[device] = _decode_times(model, batch[:1, :16], decode_tokens, sync)
+        runs[device]()  # warm-up
+    times: dict[str, list[float]] = {d: [] for d in runs}
+    for rep in range(reps):
+        for device in runs if rep % 2 == 0 else reversed(list(runs)):
+            times[device].append(runs[device]())
+    return {f"decode_{d}_s": statistics.median(t) for d, t in times.items()}
 
 
 def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
@@ -121,6 +155,11 @@ def main() -> None:
     parser.add_argument("--native", default=None, help="cuda or cpu (default: from the build)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child and args.child.startswith("decode-pair:"):
+        native = args.child.split(":", 1)[1]
+        reps = max(6, args.steps)
+        print(json.dumps(_measure_decode_pair(native, reps, args.decode_tokens, args.size)))
+        return
     if args.child:
         print(json.dumps(_measure(args.child, args.steps, args.decode_tokens, args.size)))
         return
@@ -152,6 +191,9 @@ def main() -> None:
         n = statistics.median(r[metric] for r in results[native])
         ratio = f / n if n else float("nan")
         print(f"{metric:<16}{f:>14.6g}{n:>14.6g}{ratio:>10.3f}")
+    pair = _child(f"decode-pair:{native}", args)
+    f, n = pair["decode_flagos_s"], pair[f"decode_{native}_s"]
+    print(f"{'decode_s (1 process, interleaved)':<16}{f:>14.6g}{n:>14.6g}{f / n:>10.3f}")
 
 
 if __name__ == "__main__":
