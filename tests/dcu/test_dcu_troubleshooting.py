@@ -196,3 +196,23 @@ def test_flaggems_import_on_dcu_checks_for_the_hcu_triton_first(tmp_path: Path) 
     assert "ERROR Triton: No backend registered for 'hcu'" in proc.stdout, proc.stderr[-2000:]
     assert "flagtree===" in proc.stdout
     assert "flag_gems was imported" not in proc.stdout + proc.stderr
+
+
+def test_creating_a_flagos_group_runs_the_multicard_check(tmp_path: Path) -> None:
+    # The check is only as good as its call site: the flagos backend's creator passes it the
+    # group's size (recorded here by a stand-in; the warning itself is tested above).
+    script = (
+        "import torch, torch.distributed as dist, torch_fl\n"
+        "from torch_fl.vendor import dcu\n"
+        "sizes = []\n"
+        "dcu.warn_multicard_fine_grain = lambda n, *a, **k: sizes.append(n)\n"
+        f"store = dist.FileStore({str(tmp_path / 'store')!r}, 1)\n"
+        "dist.init_process_group('flagos', store=store, rank=0, world_size=1)\n"
+        "t = torch.ones(3, device='flagos'); dist.all_reduce(t)\n"
+        "dist.destroy_process_group()\n"
+        "print('SIZES', sizes, t.cpu().tolist())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert "SIZES [1] [1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
