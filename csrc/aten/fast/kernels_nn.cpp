@@ -8,13 +8,13 @@
 #include "aten/fast/registry.h"
 
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_log_softmax_ops.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_ops.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_ops.h>
 #include <ATen/ops/_scaled_dot_product_efficient_attention_backward_ops.h>
 #include <ATen/ops/_scaled_dot_product_efficient_attention_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_ops.h>
-#include <ATen/ops/_log_softmax_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/addmm_ops.h>
