@@ -116,12 +116,8 @@ def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str
     with torch.no_grad():
         model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
         sync()
-        decode = []
-        for _ in range(max(3, steps // 4)):
-            start = time.perf_counter()
-            model.generate(prompt, max_new_tokens=decode_tokens, do_sample=False, pad_token_id=0)
-            sync()
-            decode.append(time.perf_counter() - start)
+    decode_once = _decode_times(model, prompt, decode_tokens, sync)
+    decode = [decode_once() for _ in range(max(3, steps // 4))]
     return {
         "train_step_s": statistics.median(times),
         "decode_s": statistics.median(decode),

@@ -45,6 +45,13 @@ CHECK = (
 )
 
 
+def _run_in_repo(script: str) -> subprocess.CompletedProcess:
+    """`script` in a fresh interpreter at the repository root, with this process's environment."""
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
 def _check_with(site: Path | None) -> str:
     env = {"PATH": "/usr/bin", "PYTHONNOUSERSITE": "1"}
     if site is not None:
@@ -190,9 +197,7 @@ def test_flaggems_import_on_dcu_checks_for_the_hcu_triton_first(tmp_path: Path) 
         "except RuntimeError as e:\n"
         "    print('ERROR', e)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    proc = _run_in_repo(script)
     assert "ERROR Triton: No backend registered for 'hcu'" in proc.stdout, proc.stderr[-2000:]
     assert "flagtree===" in proc.stdout
     assert "flag_gems was imported" not in proc.stdout + proc.stderr
@@ -212,7 +217,5 @@ def test_creating_a_flagos_group_runs_the_multicard_check(tmp_path: Path) -> Non
         "dist.destroy_process_group()\n"
         "print('SIZES', sizes, t.cpu().tolist())\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    proc = _run_in_repo(script)
     assert "SIZES [1] [1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]

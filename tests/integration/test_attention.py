@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,29 +152,3 @@ def test_head_dim_needing_padding_still_matches() -> None:
     torch.testing.assert_close(out.cpu(), ref_out, rtol=1e-4, atol=1e-4)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-4)
-
-
-FUSED_FAST = {
-    "cpu": {
-        "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-    },
-    "cuda": {
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_efficient_attention_backward",
-        "aten::_scaled_dot_product_cudnn_attention",
-        "aten::_scaled_dot_product_cudnn_attention_backward",
-    },
-}
-
-
-@pytest.mark.skipif(
-    os.environ.get("FLAGOS_FAST_PATH", "1") in ("0", "off", "false", "no"),
-    reason="fast kernels disabled by FLAGOS_FAST_PATH=0",
-)
-def test_fused_attention_kernels_take_the_unboxed_path() -> None:
-    # The fused kernels run once per layer and token: the unboxed fast kernels (which the
-    # matching tests above go through) spare them the boxed argument stack.
-    fast = set(torch_fl.routing.fast_operators())
-    expected = FUSED_FAST.get(ACCELERATOR, set())
-    assert expected <= fast, sorted(expected - fast)

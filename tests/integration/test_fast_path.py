@@ -175,6 +175,29 @@ def test_fast_kernels_are_registered():
     assert fast <= set(torch_fl._C._routing_routed_operators())
 
 
+FUSED_FAST = {
+    "cpu": {
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    },
+    "cuda": {
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_efficient_attention_backward",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_cudnn_attention_backward",
+    },
+}
+
+
+def test_fused_attention_kernels_take_the_unboxed_path() -> None:
+    # The fused kernels run once per layer and token: the unboxed fast kernels (which the SDPA
+    # attention tests go through, tests/integration/test_attention.py) spare them the boxed
+    # argument stack.
+    fast = set(routing.fast_operators())
+    expected = FUSED_FAST.get(torch_fl.build_config.ACCELERATOR, set())
+    assert expected <= fast, sorted(expected - fast)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_cpu_forward_and_backward(name):
     fn, ops = CASES[name]
