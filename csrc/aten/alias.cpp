@@ -56,12 +56,15 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
   auto& accel = accelerator();
   const auto* src = flagos.unsafeGetTensorImpl();
   c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
-  c10::raw::intrusive_ptr::incref(storage);
-  c10::DataPtr data(
-      storage->mutable_data(),
-      storage,
-      &release_flagos_storage,
-      accel.native_device(flagos.device().index()));
+  const c10::Device native_device = accel.native_device(flagos.device().index());
+  c10::DataPtr data(nullptr, native_device);
+  // An empty out= tensor gets a plain null DataPtr: with a context it would test true, and a
+  // native resize would then issue a zero-byte device copy from it. Growing it hands the new
+  // memory to sync_from_alias either way.
+  if (!resizable || storage->data() != nullptr) {
+    c10::raw::intrusive_ptr::incref(storage);
+    data = c10::DataPtr(storage->mutable_data(), storage, &release_flagos_storage, native_device);
+  }
   auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(),
       storage->nbytes(),
@@ -170,7 +173,8 @@ void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   const auto* src = alias.unsafeGetTensorImpl();
   const c10::Storage& alias_storage = src->storage();
   c10::StorageImpl* behind = flagos_storage_behind(alias_storage);
-  if (behind != dst->storage().unsafeGetStorageImpl()) {
+  const bool both_empty = alias_storage.data() == nullptr && dst->storage().data() == nullptr;
+  if (behind != dst->storage().unsafeGetStorageImpl() && !(behind == nullptr && both_empty)) {
     if (behind == nullptr && alias_storage.use_count() == 1) {
       // The kernel grew our alias: move the new memory into the caller's storage, which every
       // view of it shares, as a native resize would.

@@ -202,3 +202,24 @@ def test_cpu_fallback_copies_through_the_host_and_is_counted() -> None:
         assert t.device == torch.device("flagos", 0)
         torch.testing.assert_close(t.cpu(), ref_a + ref_b)
     assert out.shape == (64, 32)
+
+
+def _memcpy_events(fn) -> list[str]:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if "memcpy" in e.name.lower()]
+
+
+def test_growing_an_empty_out_tensor_copies_nothing() -> None:
+    # An empty out= tensor is grown by the kernel; there is nothing to carry over, so no device
+    # copy may be issued (cuda issues none either).
+    for device in ("cuda", "flagos"):
+        out = torch.empty(0, device=device)
+        torch.arange(1000, out=out)  # warm up
+        out = torch.empty(0, device=device)
+        events = _memcpy_events(lambda out=out: torch.arange(1000, out=out))
+        assert events == [], (device, events)
+        torch.testing.assert_close(out.cpu(), torch.arange(1000, dtype=torch.float32))

@@ -25,7 +25,10 @@ INPLACE = {
     "addcmul_": lambda t, o: t.addcmul_(o, o, value=0.5),
     "masked_fill_": lambda t, o: t.masked_fill_(o > 0, -1.0),
     "index_put_": lambda t, o: t.index_put_((torch.tensor([0, 2], device=t.device),), o[:2]),
-    "scatter_": lambda t, o: t.scatter_(0, torch.zeros_like(o, dtype=torch.long), o),
+    # a permutation per column: with repeated indices the winner is unspecified on a GPU
+    "scatter_": lambda t, o: t.scatter_(
+        0, torch.tensor([3, 0, 2, 1], device=t.device).unsqueeze(1).expand(4, 4), o
+    ),
     "transpose_": lambda t, o: t.t_(),
     "unsqueeze_": lambda t, o: t.unsqueeze_(0),
 }
@@ -151,6 +154,21 @@ def test_out_growth_is_seen_by_other_views_of_storage() -> None:
     torch.neg(a, out=out)
     assert out.untyped_storage().data_ptr() == alias.untyped_storage().data_ptr()
     assert alias.untyped_storage().nbytes() >= a.nbytes
+
+
+def test_out_that_stays_empty_keeps_its_storage() -> None:
+    out = torch.empty(0, device="flagos")
+    alias = out.view(0)
+    storage = out.untyped_storage()._cdata
+    empty = torch.empty(0, device="flagos")
+    assert torch.add(empty, empty, out=out) is out
+    assert out.shape == (0,) and out.untyped_storage()._cdata == storage
+    assert alias.untyped_storage()._cdata == storage
+    # and it still grows like any empty out= tensor afterwards
+    a, a_cpu = pair(3)
+    torch.neg(a, out=out)
+    torch.testing.assert_close(out.cpu(), -a_cpu)
+    assert alias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
 
 
 def test_out_noncontiguous_right_size_is_written_in_place() -> None:
