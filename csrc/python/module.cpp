@@ -4,6 +4,7 @@
 #include "python/comm_bindings.h"
 #include "runtime/accelerator.h"
 #include "runtime/config_error.h"
+#include "runtime/fork_guard.h"
 #include "runtime/generator.h"
 
 #include <torch/csrc/Generator.h>
@@ -72,6 +73,7 @@ PYBIND11_MODULE(_C, m) {
     return c10::DeviceTypeName(accelerator().native_device_type(), /*lower_case=*/true);
   });
   m.def("_device_count", [] { return static_cast<int>(accelerator().device_count()); });
+  m.def("_is_in_bad_fork", [] { return in_bad_fork(); });
   m.def("_current_device", [] {
     return static_cast<int>(accelerator().guard().getDevice().index());
   });

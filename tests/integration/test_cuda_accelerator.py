@@ -223,3 +223,30 @@ def test_growing_an_empty_out_tensor_copies_nothing() -> None:
         events = _memcpy_events(lambda out=out: torch.arange(1000, out=out))
         assert events == [], (device, events)
         torch.testing.assert_close(out.cpu(), torch.arange(1000, dtype=torch.float32))
+
+
+def _forked_child_report(queue) -> None:  # runs in a forked child
+    report = {"bad_fork": torch.flagos._is_in_bad_fork()}
+    report["initialized"] = torch.flagos.is_initialized()
+    torch.manual_seed(7)  # what every DataLoader worker does: must not touch the device
+    report["seeded"] = True
+    try:
+        torch.empty(4, device="flagos")
+    except RuntimeError as exc:
+        report["error"] = str(exc)
+    queue.put(report)
+
+
+def test_a_child_forked_after_the_device_started_reports_a_bad_fork() -> None:
+    import multiprocessing
+
+    torch.ones(2, device="flagos").sum().item()  # the CUDA runtime is started
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_forked_child_report, args=(queue,))
+    child.start()
+    report = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert report["bad_fork"] and not report["initialized"] and report["seeded"]
+    assert "forked" in report["error"] and "spawn" in report["error"], report["error"]
+    assert not torch.flagos._is_in_bad_fork()  # the parent is unaffected

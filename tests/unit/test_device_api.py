@@ -212,3 +212,32 @@ def test_current_device_is_per_thread() -> None:
     thread.join()
     assert seen == {"start": 0, "tensor": torch.device("flagos", 1)}
     assert F.current_device() == 1  # the worker's switches stayed in the worker
+
+
+def _forked_child_report(queue) -> None:  # runs in a forked child
+    report = {"bad_fork": torch.flagos._is_in_bad_fork()}
+    try:
+        torch.manual_seed(7)  # what every DataLoader worker does
+        report["seeded"] = True
+        report["value"] = torch.randn(3, device="flagos").cpu().tolist()
+    except RuntimeError as exc:
+        report["error"] = str(exc)
+    queue.put(report)
+
+
+def test_a_forked_child_can_use_the_cpu_accelerator() -> None:
+    import multiprocessing
+
+    if torch_fl.build_config.ACCELERATOR != "cpu":
+        pytest.skip("device runtimes do not survive fork (tests/integration/test_cuda_accelerator)")
+    torch.ones(2, device="flagos").sum().item()  # the device is in use before the fork
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_forked_child_report, args=(queue,))
+    child.start()
+    report = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert report.get("error") is None and not report["bad_fork"]
+    torch.manual_seed(7)
+    assert report["value"] == torch.randn(3, device="flagos").cpu().tolist()
+    assert not torch.flagos._is_in_bad_fork() and torch.flagos.is_initialized()

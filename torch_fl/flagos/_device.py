@@ -52,11 +52,17 @@ def synchronize(device: DeviceLike = None) -> None:
 
 
 def _is_in_bad_fork() -> bool:
+    """True in a process forked after its parent started the device runtime (CUDA cannot be
+    used there): flagos itself started it, or torch.cuda did on the cuda accelerator."""
+    if _C._is_in_bad_fork():
+        return True
+    if _C._native_device_type() == "cuda":
+        return bool(getattr(torch._C, "_cuda_isInBadFork", lambda: False)())
     return False
 
 
 def is_initialized() -> bool:
-    return True
+    return not _is_in_bad_fork()
 
 
 def init() -> None:

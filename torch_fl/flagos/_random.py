@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
 from torch_fl import _C
-from torch_fl.flagos._device import DeviceLike, device_count, device_index
+from torch_fl.flagos._device import DeviceLike, _is_in_bad_fork, device_count, device_index
+
+
+def _unless_in_bad_fork(fn: Callable[..., None]) -> Callable[..., None]:
+    """Seeding does nothing in a process forked after the device runtime started, as with
+    torch.cuda (whose queued seeding never runs there): DataLoader workers seed every device
+    module, and the device cannot be used in them."""
+
+    @functools.wraps(fn)
+    def seeding(*args: object, **kwargs: object) -> None:
+        if not _is_in_bad_fork():
+            fn(*args, **kwargs)
+
+    return seeding
 
 
 def default_generator(device: DeviceLike = None) -> torch.Generator:
@@ -29,21 +45,25 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         set_rng_state(state, index)
 
 
+@_unless_in_bad_fork
 def manual_seed(seed: int) -> None:
     """Seeds the current device's generator."""
     default_generator(None).manual_seed(int(seed))
 
 
+@_unless_in_bad_fork
 def manual_seed_all(seed: int) -> None:
     for index in range(device_count()):
         default_generator(index).manual_seed(int(seed))
 
 
+@_unless_in_bad_fork
 def seed() -> None:
     """Seeds the current device's generator with a random number."""
     default_generator(None).seed()
 
 
+@_unless_in_bad_fork
 def seed_all() -> None:
     first = default_generator(0)
     first.seed()

@@ -2,6 +2,7 @@
 
 #include "runtime/accelerator.h"
 #include "runtime/cuda/cuda_guard.h"
+#include "runtime/fork_guard.h"
 
 #include "runtime/cuda/cuda_check.h"
 
@@ -13,8 +14,12 @@
 namespace torch_fl::cuda {
 
 void ensure_cuda_initialized() {
+  check_not_in_bad_fork("use the CUDA device");
   static std::once_flag once;
-  std::call_once(once, [] { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); });
+  std::call_once(once, [] {
+    note_device_runtime_started();
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  });
 }
 
 c10::DeviceAllocator& CudaDeviceAllocator::pool() {

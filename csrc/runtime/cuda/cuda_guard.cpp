@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_guard.h"
 
 #include "runtime/accelerator.h"
+#include "runtime/fork_guard.h"
 
 #include <c10/util/Exception.h>
 
@@ -16,6 +17,9 @@ const c10::impl::DeviceGuardImplInterface& CudaGuardImpl::cuda() const {
 }
 
 c10::Device to_cuda(c10::Device device) {
+  if (C10_UNLIKELY(in_bad_fork())) {
+    check_not_in_bad_fork("switch CUDA devices or streams");
+  }
   TORCH_CHECK(device.type() == kFlagos, "flagos device guard got a ", device.type(), " device");
   // Never hand an unresolved index (-1) to CUDA objects.
   const auto index = resolve_device_index(device.index());
@@ -40,6 +44,9 @@ c10::Device CudaGuardImpl::exchangeDevice(c10::Device device) const {
 }
 
 c10::Device CudaGuardImpl::getDevice() const {
+  if (C10_UNLIKELY(in_bad_fork())) {
+    check_not_in_bad_fork("query the current CUDA device");
+  }
   return c10::Device(kFlagos, cuda().getDevice().index());
 }
 
