@@ -30,7 +30,7 @@ FLAGOS_ACCELERATOR=cuda FLAGOS_BUILD_FLAGGEMS=1 MAX_JOBS=16 timeout 240 python3 
   --no-build-isolation --no-deps -e . >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; pack; exit 1; }
 
 # ---- phase 2
-SKIP_BUILD=1 timeout 200 bash scripts/gpu_check.sh tests/integration/test_attention.py \
+SKIP_BUILD=1 timeout 280 bash scripts/gpu_check.sh tests/integration/test_attention.py \
   tests/integration/test_fast_path.py tests/integration/test_comm_native_bridge.py \
   tests/integration/test_comm_gpu.py tests/integration/test_comm_backend.py \
   tests/integration/test_tied_parameters.py \
