@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -78,3 +80,16 @@ def run_python(
 def python_subprocess():
     """`run_python` as a fixture: fresh interpreters for import-time behaviour."""
     return run_python
+
+
+def report_from_forked_child(target: Callable[[Any], None]) -> dict:
+    """Forks a child that runs `target(queue)` and returns the dict it puts on the queue."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=target, args=(queue,))
+    child.start()
+    report = queue.get(timeout=60)
+    child.join(timeout=60)
+    return report

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torch_fl
+from tests.conftest import report_from_forked_child
 
 pytestmark = [
     pytest.mark.gpu,
@@ -238,15 +239,8 @@ def _forked_child_report(queue) -> None:  # runs in a forked child
 
 
 def test_a_child_forked_after_the_device_started_reports_a_bad_fork() -> None:
-    import multiprocessing
-
     torch.ones(2, device="flagos").sum().item()  # the CUDA runtime is started
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_forked_child_report, args=(queue,))
-    child.start()
-    report = queue.get(timeout=60)
-    child.join(timeout=60)
+    report = report_from_forked_child(_forked_child_report)
     assert report["bad_fork"] and not report["initialized"] and report["seeded"]
     assert "forked" in report["error"] and "spawn" in report["error"], report["error"]
     assert not torch.flagos._is_in_bad_fork()  # the parent is unaffected

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import torch_fl
+from tests.conftest import report_from_forked_child
 
 F = torch.flagos
 
@@ -226,17 +227,10 @@ def _forked_child_report(queue) -> None:  # runs in a forked child
 
 
 def test_a_forked_child_can_use_the_cpu_accelerator() -> None:
-    import multiprocessing
-
     if torch_fl.build_config.ACCELERATOR != "cpu":
         pytest.skip("device runtimes do not survive fork (tests/integration/test_cuda_accelerator)")
     torch.ones(2, device="flagos").sum().item()  # the device is in use before the fork
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_forked_child_report, args=(queue,))
-    child.start()
-    report = queue.get(timeout=60)
-    child.join(timeout=60)
+    report = report_from_forked_child(_forked_child_report)
     assert report.get("error") is None and not report["bad_fork"]
     torch.manual_seed(7)
     assert report["value"] == torch.randn(3, device="flagos").cpu().tolist()
