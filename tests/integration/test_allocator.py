@@ -255,14 +255,18 @@ def test_storage_resize_is_accounted() -> None:
 def test_reused_larger_block_is_accounted_consistently(big: int, small: int) -> None:
     # A freed block may serve a smaller request; taking it and giving it back must leave the
     # statistics where they were (they once drifted below zero by the size difference).
+    gc.collect()  # garbage of earlier tests must not be freed in the middle of this one
+    torch.flagos.synchronize()
     before = torch.flagos.memory_stats()
     t = torch.empty(big, dtype=torch.uint8, device="flagos")
     ptr = t.data_ptr()
+    # (on the cuda accelerator the pool is shared and may already hold a segment to serve it)
+    device_allocs_with_big = torch.flagos.memory_stats()["num_device_alloc"]
     del t
     u = torch.empty(small, dtype=torch.uint8, device="flagos")
     during = torch.flagos.memory_stats()
-    if u.data_ptr() == ptr:  # the cache chose to reuse the larger block
-        assert during["num_device_alloc"] == before["num_device_alloc"] + 1
+    if u.data_ptr() == ptr:  # the cache reused the larger block: no new device allocation
+        assert during["num_device_alloc"] == device_allocs_with_big
     assert during["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] >= small
     assert during["requested_bytes.all.current"] - before["requested_bytes.all.current"] == small
     for kind in ("allocated_bytes", "active_bytes", "allocation"):

@@ -3,6 +3,8 @@ events and RNG, zero-copy views both ways. Runs on the H200 (marker `gpu`)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -244,3 +246,31 @@ def test_a_child_forked_after_the_device_started_reports_a_bad_fork() -> None:
     assert report["bad_fork"] and not report["initialized"] and report["seeded"]
     assert "forked" in report["error"] and "spawn" in report["error"], report["error"]
     assert not torch.flagos._is_in_bad_fork()  # the parent is unaffected
+
+
+def test_a_cuda_graph_captures_and_replays_flagos_work() -> None:
+    # flagos streams are CUDA streams and flagos memory comes from CUDA's caching allocator, so
+    # torch.cuda.graph captures flagos operators (allocations go to the graph's private pool).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8))
+    reference = copy.deepcopy(model)  # stays on the CPU
+    model.to("flagos")
+    static_in = torch.randn(16, 64, device="flagos")
+    side = torch.flagos.Stream()
+    side.wait_stream(torch.flagos.current_stream())
+    with torch.flagos.stream(side), torch.no_grad():
+        for _ in range(3):  # warm up outside the capture, as CUDA graphs require
+            model(static_in)
+    torch.flagos.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = model(static_in)
+    assert static_out.device.type == "flagos"
+    for seed in (1, 2):
+        fresh = torch.randn(16, 64, generator=torch.Generator().manual_seed(seed))
+        static_in.copy_(fresh.to("flagos"))
+        graph.replay()
+        torch.flagos.synchronize()
+        with torch.no_grad():
+            expected = reference(fresh)
+        torch.testing.assert_close(static_out.cpu(), expected, rtol=1e-4, atol=1e-4)
