@@ -235,3 +235,22 @@ def test_a_forked_child_can_use_the_cpu_accelerator() -> None:
     torch.manual_seed(7)
     assert report["value"] == torch.randn(3, device="flagos").cpu().tolist()
     assert not torch.flagos._is_in_bad_fork() and torch.flagos.is_initialized()
+
+
+def test_torch_finds_the_lazy_init_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch runs torch.flagos._lazy_init before factory calls and .to() naming the device;
+    # without the hook its lookup fails (an AttributeError raised and caught) on every call.
+    assert torch.flagos._lazy_init() is None
+    misses: list[str] = []
+    original = torch.flagos.__getattr__
+
+    def spy(name: str) -> object:
+        misses.append(name)
+        return original(name)
+
+    monkeypatch.setattr(torch.flagos, "__getattr__", spy)
+    x = torch.ones(2, device="flagos")
+    y = x.to("flagos") + torch.full((2,), 2.0, device="flagos")
+    z = torch.tensor([1.0, 2.0], device="flagos") + torch.arange(2, device="flagos")
+    assert misses == []
+    assert (y.cpu() == 3).all() and z.cpu().tolist() == [1.0, 3.0]

@@ -2,6 +2,7 @@
 
 from torch_fl.flagos._device import (
     _is_in_bad_fork,
+    _lazy_init,
     current_device,
     device,
     device_count,
@@ -59,6 +60,7 @@ __all__ = [
     "Stream",
     "StreamContext",
     "_is_in_bad_fork",
+    "_lazy_init",
     "current_device",
     "current_stream",
     "default_generator",

@@ -69,6 +69,19 @@ def init() -> None:
     """Nothing to do: the device is ready once torch_fl is imported."""
 
 
+def _lazy_init() -> None:
+    """torch calls this before the first factory call or `.to()` naming a flagos device (as
+    torch.cuda._lazy_init); without it torch looks it up again on every such call. The device
+    needs no initialization; a process forked after its parent started the device runtime gets
+    the error torch.cuda gives there, before any tensor is made."""
+    if _is_in_bad_fork():
+        raise RuntimeError(
+            "Cannot initialize flagos in a process forked after its parent started the device "
+            "runtime. Start worker processes with the 'spawn' or 'forkserver' method "
+            "(multiprocessing.set_start_method('spawn'))."
+        )
+
+
 class device:
     """Context manager that makes `device` current and restores the previous one."""
 
