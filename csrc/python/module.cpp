@@ -17,6 +17,7 @@ namespace py = pybind11;
 namespace torch_fl {
 
 void init_routing_bindings(py::module_& m);
+void init_cost_bindings(py::module_& m);
 
 namespace {
 
@@ -67,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_fl C++ core bindings";
   init_routing_bindings(m);
   init_comm_bindings(m);
+  init_cost_bindings(m);
   m.def("_config_error", &config_error);
   m.def("_accelerator_name", [] { return std::string(accelerator().name()); });
   m.def("_native_device_type", [] {
