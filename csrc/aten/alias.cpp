@@ -37,6 +37,15 @@ c10::DataPtr take_native_memory(const c10::Storage& native, bool may_take_over =
   return c10::DataPtr(impl->mutable_data(), impl, &release_native_storage, impl->device());
 }
 
+// A storage's weak count (1 while strong references exist and no weak one does), read without
+// the two atomic updates of making a weak reference.
+uint32_t weak_count(c10::StorageImpl* impl) {
+  auto borrowed = c10::intrusive_ptr<c10::StorageImpl>::reclaim(impl);
+  const uint32_t count = borrowed.weak_use_count();
+  borrowed.release();
+  return count;
+}
+
 void copy_bits(c10::TensorImpl* dst, const c10::TensorImpl* src) {
   if (src->is_conj()) {
     dst->_set_conj(true);
@@ -142,8 +151,7 @@ bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
   }
   const c10::Storage& storage = impl->storage();
   c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
-  // (a temporary weak reference counts itself once, all strong references once more)
-  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 ||
+  if (storage.use_count() != 1 || weak_count(simpl) != 1 ||
       flagos_storage_behind(storage) != nullptr || !simpl->resizable()) {
     return false;
   }

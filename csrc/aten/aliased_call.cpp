@@ -296,11 +296,8 @@ void call_native(
   call.relabel_in_place = true;
   prepare_call(op, plan, stack, mapping, call);
   {
-    const c10::Device device(c10::DeviceType::PrivateUse1, call.index);
-    const auto& guard = accelerator().guard();
-    const auto current = guard.getDevice();
-    if (current.index() != call.index) {
-      c10::DeviceGuard switch_device(device);
+    if (!is_current_device(call.index)) {
+      c10::DeviceGuard switch_device(c10::Device(c10::DeviceType::PrivateUse1, call.index));
       op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
     } else {
       op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);

@@ -1,5 +1,7 @@
 #include "runtime/accelerator.h"
 
+#include "runtime/fork_guard.h"
+
 #include <c10/util/Exception.h>
 
 namespace torch_fl {
@@ -20,6 +22,15 @@ void check_device_index(c10::DeviceIndex index) {
       std::string(accelerator().name()) == "cpu"
           ? "; set FLAGOS_CPU_DEVICE_COUNT before the first use to change the count"
           : "");
+}
+
+bool is_current_device(c10::DeviceIndex index) {
+  static const bool single_device = accelerator().device_count() == 1;
+  // In a bad fork the guard's read raises the error that names the fix.
+  if (C10_LIKELY(single_device && !in_bad_fork())) {
+    return true;
+  }
+  return accelerator().guard().getDevice().index() == index;
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {

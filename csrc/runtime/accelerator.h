@@ -81,6 +81,10 @@ FLAGOS_API Accelerator& accelerator();
 // Throws a c10::Error naming the valid range unless 0 <= index < device_count().
 FLAGOS_API void check_device_index(c10::DeviceIndex index);
 
+// Whether flagos:index is the current device. Free on a one-device machine, where it always
+// is (reading it costs a CUDA runtime call on device accelerators).
+FLAGOS_API bool is_current_device(c10::DeviceIndex index);
+
 // The flagos device index a tensor option or argument resolves to (-1 means current).
 FLAGOS_API c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
 

@@ -95,6 +95,45 @@ TEST(FlagosFromNative, FreshNativeMemoryIsAdoptedWithoutCopy) {
   EXPECT_EQ(allocated_bytes(1), before);
 }
 
+TEST(RelabelFreshInPlace, AFreshResultBecomesFlagosWithoutANewTensor) {
+  const auto before = allocated_bytes(1);
+  at::Tensor t = at::arange(6, at::TensorOptions().dtype(at::kFloat)) * 3;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  void* ptr = t.data_ptr();
+  ASSERT_TRUE(relabel_fresh_in_place(t, 1));
+  EXPECT_EQ(t.unsafeGetTensorImpl(), impl);
+  EXPECT_EQ(t.device(), flagos(1));
+  EXPECT_EQ(t.storage().device(), flagos(1));
+  EXPECT_EQ(t.data_ptr(), ptr);
+  EXPECT_EQ(allocated_bytes(1) - before, 24);
+  EXPECT_TRUE(at::equal(t.cpu(), at::arange(6, at::TensorOptions().dtype(at::kFloat)) * 3));
+  t.reset();
+  EXPECT_EQ(allocated_bytes(1), before);
+}
+
+TEST(RelabelFreshInPlace, ATensorOrStorageReferencedElsewhereIsLeftAlone) {
+  at::Tensor shared = at::ones({4});
+  at::Tensor other_ref = shared;
+  EXPECT_FALSE(relabel_fresh_in_place(shared, 0));
+  EXPECT_EQ(shared.device(), c10::Device(c10::kCPU));
+
+  at::Tensor base = at::ones({4});
+  at::Tensor view = base.slice(0, 1, 3); // shares base's storage
+  EXPECT_FALSE(relabel_fresh_in_place(view, 0));
+  EXPECT_EQ(view.device(), c10::Device(c10::kCPU));
+
+  at::Tensor watched = at::ones({4});
+  auto weak = watched.storage().getWeakStorageImpl(); // a weak reference to its storage
+  EXPECT_FALSE(relabel_fresh_in_place(watched, 0));
+  EXPECT_EQ(watched.device(), c10::Device(c10::kCPU));
+  weak.reset();
+  EXPECT_TRUE(relabel_fresh_in_place(watched, 0));
+  EXPECT_EQ(watched.device(), flagos(0));
+
+  at::Tensor alias = native_alias(filled_flagos(0)); // flagos memory: never adopted
+  EXPECT_FALSE(relabel_fresh_in_place(alias, 0));
+}
+
 TEST(FlagosFromNative, ResultsSharingANativeStorageShareOneFlagosStorage) {
   at::Tensor n = at::arange(10, at::TensorOptions().dtype(at::kFloat));
   at::Tensor a = n.slice(0, 0, 5);
