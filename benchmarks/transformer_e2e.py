@@ -5,9 +5,9 @@ Each measurement runs in a fresh child process, alternating flagos and native fo
 rounds; medians are reported as flagos/native ratios. Training cannot share one process: a
 CUDA backward fails where a PrivateUse1 backend is registered (pytorch/pytorch#161129), so the
 native children run with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and never load torch_fl. Decoding
-runs no backward, so it is also measured in one process, flagos and native calls interleaved:
-processes on the GPU machine differ in host speed by more than the target, and this line is
-free of that.
+and an AdamW step (gradients set, not computed) run no backward, so they are also measured in
+one process, flagos and native calls interleaved: processes on the GPU machine differ in host
+speed by more than the target, and these lines are free of that.
 
     python benchmarks/transformer_e2e.py [--rounds 5] [--steps 20] [--native cuda|cpu]
 """
@@ -71,19 +71,34 @@ def _decode_times(
     return once
 
 
-def _measure_decode_pair(native: str, reps: int, decode_tokens: int, size: str) -> dict[str, float]:
-    """Greedy decode on flagos and on the native device in this one process, interleaved."""
-    runs = {}
+def _measure_pair(native: str, reps: int, decode_tokens: int, size: str) -> dict[str, float]:
+    """Greedy decode, then one AdamW step (gradients set, no backward), on flagos and on the
+    native device in this one process, interleaved."""
+    import torch
+
+    decode, steps, syncs = {}, {}, {}
     for device in ("flagos", native):
-        model, _, batch, _, sync = build(device, size)
+        model, opt, batch, _, sync = build(device, size)
         model.eval()
-        runs[device] = _decode_times(model, batch[:1, :16], decode_tokens, sync)
-        runs[device]()  # warm-up
-    times: dict[str, list[float]] = {d: [] for d in runs}
-    for rep in range(reps):
-        for device in runs if rep % 2 == 0 else reversed(list(runs)):
-            times[device].append(runs[device]())
-    return {f"decode_{d}_s": statistics.median(t) for d, t in times.items()}
+        decode[device] = _decode_times(model, batch[:1, :16], decode_tokens, sync)
+        decode[device]()  # warm-up
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        steps[device], syncs[device] = opt.step, sync
+
+    def step_time(device: str) -> float:
+        start = time.perf_counter()
+        steps[device]()
+        syncs[device]()
+        return time.perf_counter() - start
+
+    times: dict[str, list[float]] = {}
+    for what, run in (("decode", lambda d: decode[d]()), ("opt_step", step_time)):
+        run("flagos"), run(native)  # warm-up (the first step creates the optimizer state)
+        for rep in range(reps):
+            for device in ("flagos", native) if rep % 2 == 0 else (native, "flagos"):
+                times.setdefault(f"{what}_{device}_s", []).append(run(device))
+    return {k: statistics.median(t) for k, t in times.items()}
 
 
 def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
@@ -151,10 +166,10 @@ def main() -> None:
     parser.add_argument("--native", default=None, help="cuda or cpu (default: from the build)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child and args.child.startswith("decode-pair:"):
+    if args.child and args.child.startswith("pair:"):
         native = args.child.split(":", 1)[1]
         reps = max(6, args.steps)
-        print(json.dumps(_measure_decode_pair(native, reps, args.decode_tokens, args.size)))
+        print(json.dumps(_measure_pair(native, reps, args.decode_tokens, args.size)))
         return
     if args.child:
         print(json.dumps(_measure(args.child, args.steps, args.decode_tokens, args.size)))
@@ -187,9 +202,11 @@ def main() -> None:
         n = statistics.median(r[metric] for r in results[native])
         ratio = f / n if n else float("nan")
         print(f"{metric:<16}{f:>14.6g}{n:>14.6g}{ratio:>10.3f}")
-    pair = _child(f"decode-pair:{native}", args)
-    f, n = pair["decode_flagos_s"], pair[f"decode_{native}_s"]
-    print(f"{'decode_s (1 process, interleaved)':<16}{f:>14.6g}{n:>14.6g}{f / n:>10.3f}")
+    pair = _child(f"pair:{native}", args)
+    for what in ("decode", "opt_step"):
+        f, n = pair[f"{what}_flagos_s"], pair[f"{what}_{native}_s"]
+        label = f"{what}_s (1 process, interleaved)"
+        print(f"{label:<16}{f:>14.6g}{n:>14.6g}{f / n:>10.3f}")
 
 
 if __name__ == "__main__":

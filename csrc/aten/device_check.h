@@ -35,7 +35,8 @@ class DeviceCheck {
       }
       return;
     }
-    if (device.type() == c10::DeviceType::CPU && (cpu_allowed || t.dim() == 0)) {
+    if (device.type() == c10::DeviceType::CPU &&
+        (cpu_allowed || t.dim() == 0 || is_scalars_list(arg))) {
       return;
     }
     if (!stray_) {
@@ -62,6 +63,14 @@ class DeviceCheck {
   }
 
  private:
+  // The packed `scalars` of the _foreach_ operators (addcmul, addcdiv) are read on the host, so
+  // native kernels take (and require) a CPU tensor there.
+  C10_NOINLINE bool is_scalars_list(uint16_t arg) const {
+    const auto& args = op_.schema().arguments();
+    return arg < args.size() && args[arg].name() == "scalars" &&
+           op_.schema().name().rfind("aten::_foreach_", 0) == 0;
+  }
+
   [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {
     TORCH_CHECK(
         false,

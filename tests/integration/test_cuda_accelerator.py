@@ -274,3 +274,134 @@ def test_a_cuda_graph_captures_and_replays_flagos_work() -> None:
         with torch.no_grad():
             expected = reference(fresh)
         torch.testing.assert_close(static_out.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def _lists(device: str, seed: int = 0, count: int = 3) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(5, 7), (33,), (2, 3, 4)][:count]
+    return [torch.randn(*s, generator=g).abs().add(0.5).to(device) for s in shapes]
+
+
+# The _foreach_ fast kernels (all direct, FLAGOS_FAST_DIRECT, but norm, which is aliased), each
+# called as optimizers call them; `ls(seed)` makes a fresh list on the device under test.
+FOREACH_CASES = {
+    "add_scalar": lambda ls, d: torch._foreach_add(ls(0), 1.5),
+    "add__scalar": lambda ls, d: torch._foreach_add_(ls(0), 1.5),
+    "add_list": lambda ls, d: torch._foreach_add(ls(0), ls(1), alpha=0.3),
+    "add__list": lambda ls, d: torch._foreach_add_(ls(0), ls(1), alpha=0.3),
+    "add__scalarlist": lambda ls, d: torch._foreach_add_(ls(0), [0.1, 0.2, 0.3]),
+    "add__tensor": lambda ls, d: torch._foreach_add_(ls(0), torch.tensor(0.7, device=d)),
+    "sub__scalar": lambda ls, d: torch._foreach_sub_(ls(0), 0.25),
+    "sub__list": lambda ls, d: torch._foreach_sub_(ls(0), ls(1), alpha=2.0),
+    "mul_scalar": lambda ls, d: torch._foreach_mul(ls(0), 0.5),
+    "mul__scalar": lambda ls, d: torch._foreach_mul_(ls(0), 0.5),
+    "mul__list": lambda ls, d: torch._foreach_mul_(ls(0), ls(1)),
+    "mul__scalarlist": lambda ls, d: torch._foreach_mul_(ls(0), [2.0, 3.0, 4.0]),
+    "mul__tensor": lambda ls, d: torch._foreach_mul_(ls(0), torch.tensor(1.25, device=d)),
+    "div_scalar": lambda ls, d: torch._foreach_div(ls(0), 3.0),
+    "div_scalarlist": lambda ls, d: torch._foreach_div(ls(0), [2.0, 3.0, 4.0]),
+    "div__scalar": lambda ls, d: torch._foreach_div_(ls(0), 3.0),
+    "div__list": lambda ls, d: torch._foreach_div_(ls(0), ls(1)),
+    "div__scalarlist": lambda ls, d: torch._foreach_div_(ls(0), [2.0, 3.0, 4.0]),
+    "div__tensor": lambda ls, d: torch._foreach_div_(ls(0), torch.tensor(1.5, device=d)),
+    "addcmul__scalar": lambda ls, d: torch._foreach_addcmul_(ls(0), ls(1), ls(2), value=0.1),
+    "addcmul__scalarlist": lambda ls, d: torch._foreach_addcmul_(
+        ls(0), ls(1), ls(2), [0.1, 0.2, 0.3]
+    ),
+    "addcmul__tensor": lambda ls, d: torch._foreach_addcmul_(
+        ls(0), ls(1), ls(2), torch.tensor([0.1, 0.2, 0.3])
+    ),
+    "addcdiv__scalar": lambda ls, d: torch._foreach_addcdiv_(ls(0), ls(1), ls(2), value=-0.1),
+    "addcdiv__scalarlist": lambda ls, d: torch._foreach_addcdiv_(
+        ls(0), ls(1), ls(2), [0.1, 0.2, 0.3]
+    ),
+    "addcdiv__tensor": lambda ls, d: torch._foreach_addcdiv_(
+        ls(0), ls(1), ls(2), torch.tensor([0.1, 0.2, 0.3])
+    ),
+    "lerp__scalar": lambda ls, d: torch._foreach_lerp_(ls(0), ls(1), 0.1),
+    "lerp__list": lambda ls, d: torch._foreach_lerp_(ls(0), ls(1), ls(2)),
+    "sqrt": lambda ls, d: torch._foreach_sqrt(ls(0)),
+    "sqrt_": lambda ls, d: torch._foreach_sqrt_(ls(0)),
+    "neg": lambda ls, d: torch._foreach_neg(ls(0)),
+    "neg_": lambda ls, d: torch._foreach_neg_(ls(0)),
+    "zero_": lambda ls, d: torch._foreach_zero_(ls(0)),
+    "norm": lambda ls, d: torch._foreach_norm(ls(0), 2),
+}
+
+
+def _run_foreach(case, device: str, make) -> list[torch.Tensor]:
+    lists: list[list[torch.Tensor]] = []
+
+    def ls(seed: int) -> list[torch.Tensor]:
+        lists.append(make(device, seed))
+        return lists[-1]
+
+    out = case(ls, device)
+    # In-place variants return None: their result is the first list, written in place.
+    results = list(out) if out is not None else lists[0]
+    torch.cuda.synchronize()
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(FOREACH_CASES))
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "mixed_dtypes"])
+def test_foreach_kernels_on_flagos_lists_match_cuda(name: str, layout: str) -> None:
+    # Direct kernels hand the flagos lists to CUDA's _foreach_ kernels; strided or mixed-dtype
+    # lists take the kernels' per-tensor fallback, which dispatches back to flagos operators.
+    def make(device: str, seed: int) -> list[torch.Tensor]:
+        tensors = _lists(device, seed)
+        if layout == "strided":
+            tensors[0] = tensors[0].t()
+        elif layout == "mixed_dtypes" and not name.startswith(("lerp", "norm")):
+            tensors[1] = tensors[1].double()
+        return tensors
+
+    case = FOREACH_CASES[name]
+    got = _run_foreach(case, "flagos", make)
+    want = _run_foreach(case, "cuda", make)
+    for g, w in zip(got, want, strict=True):
+        assert g.device == torch.device("flagos", 0) and g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=0, atol=0)
+
+
+def test_foreach_kernels_run_on_the_current_flagos_stream() -> None:
+    tensors = _lists("flagos", 0)
+    expected = [t.cpu() * 3 for t in tensors]
+    side = torch.flagos.Stream()
+    side.wait_stream(torch.flagos.current_stream())
+    with torch.flagos.stream(side):
+        torch.cuda._sleep(int(5e7))  # the multiplication must wait for this on the side stream
+        torch._foreach_mul_(tensors, 3.0)
+    side.synchronize()
+    for t, e in zip(tensors, expected, strict=True):
+        torch.testing.assert_close(t.cpu(), e, rtol=0, atol=0)
+
+
+def test_foreach_rejects_a_list_that_mixes_flagos_and_cuda() -> None:
+    mixed = [torch.ones(3, device="flagos"), torch.ones(3, device="cuda")]
+    with pytest.raises(RuntimeError, match="same device|flagos"):
+        torch._foreach_mul_(mixed, 2.0)
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, foreach=True),
+        lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.01, foreach=True),
+        lambda p: torch.optim.AdamW(p, lr=0.01, amsgrad=True, foreach=True),
+    ],
+    ids=["sgd_nesterov", "adam", "adamw_amsgrad"],
+)
+def test_foreach_optimizer_steps_match_cuda(make_opt) -> None:
+    # Gradients are set, not computed: a CUDA backward cannot run beside a PrivateUse1
+    # backend (pytorch/pytorch#161129). The kernels are CUDA's on both sides: equal bits.
+    params = {d: [torch.nn.Parameter(t) for t in _lists(d, 0)] for d in ("flagos", "cuda")}
+    opts = {d: make_opt(p) for d, p in params.items()}
+    for step in range(3):
+        for d, ps in params.items():
+            for p, g in zip(ps, _lists(d, 10 + step), strict=True):
+                p.grad = g
+            opts[d].step()
+    for f, c in zip(params["flagos"], params["cuda"], strict=True):
+        assert f.device.type == "flagos"
+        torch.testing.assert_close(f.detach().cpu(), c.detach().cpu(), rtol=0, atol=0)

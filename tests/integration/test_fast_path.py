@@ -470,3 +470,20 @@ def test_inference_mode_and_no_grad():
     with torch.no_grad():
         b = a.clone().requires_grad_(True)
         assert not (b * 2).requires_grad
+
+
+def test_foreach_packed_scalars_stay_on_the_host():
+    # addcmul_/addcdiv_ take their per-tensor scalars packed in a CPU tensor (read on the host),
+    # as on every native backend: a 1-D CPU tensor is allowed there and nowhere else.
+    g = torch.Generator().manual_seed(3)
+    cpu = [torch.randn(4, 3, generator=g) for _ in range(3)]
+    fl = [t.to("flagos") for t in cpu]
+    scalars = torch.tensor([0.5, -1.0, 2.0])
+    torch._foreach_addcmul_(cpu, cpu, cpu, scalars)
+    torch._foreach_addcmul_(fl, fl, fl, scalars)
+    torch._foreach_addcdiv_(cpu, cpu, [t.abs() + 1 for t in cpu], scalars)
+    torch._foreach_addcdiv_(fl, fl, [t.abs() + 1 for t in fl], scalars)
+    for c, f in zip(cpu, fl, strict=True):
+        torch.testing.assert_close(f.cpu(), c)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch._foreach_mul_(fl, [torch.ones(4, 3), torch.ones(4, 3), torch.ones(4, 3)])

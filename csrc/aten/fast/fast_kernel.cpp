@@ -4,7 +4,11 @@ namespace torch_fl::fast {
 
 Target make_target() {
   auto& accel = accelerator();
-  return Target{c10::DispatchKeySet(accel.native_dispatch_key()), accel.native_device_type()};
+  const auto native_type = accel.native_device_type();
+  return Target{
+      c10::DispatchKeySet(accel.native_dispatch_key()),
+      native_type,
+      /*direct=*/native_type != c10::DeviceType::CPU};
 }
 
 OpInfo make_info(const char* name, const char* overload, size_t num_args) {

@@ -56,6 +56,8 @@ namespace torch_fl::fast {
 struct Target {
   c10::DispatchKeySet keyset;
   c10::DeviceType native_type;
+  // Kernels marked direct take the flagos tensors themselves (device accelerators only).
+  bool direct;
 };
 FLAGOS_API Target make_target();
 inline const Target& target() {
@@ -101,7 +103,7 @@ inline bool is_flagos(const at::Tensor& t) {
 // Runs fn with flagos:index current, switching only when it is not (as call_native does).
 template <class F>
 decltype(auto) on_device(c10::DeviceIndex index, F&& fn) {
-  if (C10_LIKELY(accelerator().guard().getDevice().index() == index)) {
+  if (C10_LIKELY(is_current_device(index))) {
     return fn();
   }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
@@ -237,10 +239,11 @@ class Mapped<at::TensorList> {
     for (const at::Tensor& t : src_) {
       mapped_.push_back(is_flagos(t) ? native_alias(t, written) : t);
     }
+    mapped_flag_ = true;
     written_ = written;
   }
   at::TensorList get() {
-    return mapped_;
+    return mapped_flag_ ? at::TensorList(mapped_) : src_;
   }
   void sync() {
     if (!written_) {
@@ -259,6 +262,7 @@ class Mapped<at::TensorList> {
  private:
   at::TensorList src_;
   c10::SmallVector<at::Tensor, 4> mapped_;
+  bool mapped_flag_ = false;
   bool written_ = false;
 };
 
@@ -281,7 +285,7 @@ class Mapped<const at::ITensorListRef&> {
     ref_.emplace(at::ArrayRef<at::Tensor>(mapped_));
   }
   const at::ITensorListRef& get() {
-    return *ref_;
+    return ref_.has_value() ? *ref_ : src_;
   }
   void sync() {}
   at::Tensor* original_of(const void*) {
@@ -320,7 +324,7 @@ class Mapped<const c10::List<std::optional<at::Tensor>>&> {
     mapped_ = std::move(mapped);
   }
   const c10::List<std::optional<at::Tensor>>& get() {
-    return *mapped_;
+    return mapped_.has_value() ? *mapped_ : src_;
   }
   void sync() {}
   at::Tensor* original_of(const void*) {
@@ -406,11 +410,15 @@ struct MapResult<std::tuple<Ts...>> {
 
 // ---- the kernel ----
 
-template <class Op, class Sig = typename Op::schema>
+// Direct: on device accelerators the native kernel gets the caller's flagos tensors instead of
+// aliases. Only for kernels that read nothing but data pointers, metadata and the current
+// stream, and make their outputs and fallbacks through the dispatcher (the native _foreach_
+// kernels: aliasing their long tensor lists cost more than the kernels' own host time).
+template <class Op, bool Direct = false, class Sig = typename Op::schema>
 struct FastKernel;
 
-template <class Op, class R, class... Args>
-struct FastKernel<Op, R(Args...)> {
+template <class Op, bool Direct, class R, class... Args>
+struct FastKernel<Op, Direct, R(Args...)> {
   static R run(c10::DispatchKeySet keys, Args... args) {
     static const OpInfo info = make_info(Op::name, Op::overload_name, sizeof...(Args));
     routing::OpEntry& e = *info.entry;
@@ -431,7 +439,9 @@ struct FastKernel<Op, R(Args...)> {
     DeviceCheck devices(e.op);
     (std::get<I>(m).see(devices, static_cast<uint16_t>(I)), ...);
     const c10::DeviceIndex index = devices.finish();
-    (std::get<I>(m).map(((info.written >> I) & 1) != 0), ...);
+    if (!(Direct && target().direct)) {
+      (std::get<I>(m).map(((info.written >> I) & 1) != 0), ...);
+    }
     const auto keyset = target().keyset;
     auto kernel = [&]() -> R { return Op::redispatch(keyset, std::get<I>(m).get()...); };
     if constexpr (std::is_void_v<R>) {
@@ -448,15 +458,20 @@ struct FastKernel<Op, R(Args...)> {
 
 // ---- the table ----
 
-template <class Op>
+template <class Op, bool Direct = false>
 torch::CppFunction make_kernel() {
-  return torch::CppFunction(TORCH_FN(FastKernel<Op>::run));
+  using Kernel = FastKernel<Op, Direct>;
+  return torch::CppFunction(TORCH_FN(Kernel::run));
 }
 
 } // namespace torch_fl::fast
 
-// One entry of a kernels_*.cpp table: FLAGOS_FAST(add_Tensor) for at::_ops::add_Tensor.
-#define FLAGOS_FAST(op)                                                                           \
-  ::torch_fl::fast::Kernel {                                                                      \
-    at::_ops::op::name, at::_ops::op::overload_name, &::torch_fl::fast::make_kernel<at::_ops::op> \
+// One entry of a kernels_*.cpp table: FLAGOS_FAST(add_Tensor) for at::_ops::add_Tensor;
+// FLAGOS_FAST_DIRECT for a direct kernel (see FastKernel).
+#define FLAGOS_FAST_KERNEL(op, direct)                       \
+  ::torch_fl::fast::Kernel {                                 \
+    at::_ops::op::name, at::_ops::op::overload_name,         \
+        &::torch_fl::fast::make_kernel<at::_ops::op, direct> \
   }
+#define FLAGOS_FAST(op) FLAGOS_FAST_KERNEL(op, false)
+#define FLAGOS_FAST_DIRECT(op) FLAGOS_FAST_KERNEL(op, true)

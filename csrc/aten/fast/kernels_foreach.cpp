@@ -1,6 +1,9 @@
 // Fast kernels of the _foreach_ operators that optimizers' foreach paths call (SGD with
-// momentum, Adam and AdamW). They have native kernels on device accelerators only; on the cpu
-// accelerator they decompose into per-tensor operators (which have fast kernels of their own).
+// momentum, Adam and AdamW). They have native kernels on device accelerators only, which run
+// directly on the flagos tensor lists (FLAGOS_FAST_DIRECT: no alias per tensor); on the cpu
+// accelerator the lists are aliased and CPU's kernels decompose them into per-tensor operators.
+// A kernel that allocates on the native device itself (at::detail::empty_cuda) cannot be
+// direct; tests/integration/test_cuda_accelerator.py runs every direct kernel against cuda.
 
 #include "aten/fast/fast_kernel.h"
 #include "aten/fast/registry.h"
@@ -21,39 +24,39 @@ namespace torch_fl::fast {
 namespace {
 
 const Kernel kKernels[] = {
-    FLAGOS_FAST(_foreach_add_Scalar),
-    FLAGOS_FAST(_foreach_add__Scalar),
-    FLAGOS_FAST(_foreach_add_List),
-    FLAGOS_FAST(_foreach_add__List),
-    FLAGOS_FAST(_foreach_add__ScalarList),
-    FLAGOS_FAST(_foreach_add__Tensor),
-    FLAGOS_FAST(_foreach_sub__Scalar),
-    FLAGOS_FAST(_foreach_sub__List),
-    FLAGOS_FAST(_foreach_mul_Scalar),
-    FLAGOS_FAST(_foreach_mul__Scalar),
-    FLAGOS_FAST(_foreach_mul__List),
-    FLAGOS_FAST(_foreach_mul__ScalarList),
-    FLAGOS_FAST(_foreach_mul__Tensor),
-    FLAGOS_FAST(_foreach_div_Scalar),
-    FLAGOS_FAST(_foreach_div_ScalarList),
-    FLAGOS_FAST(_foreach_div__Scalar),
-    FLAGOS_FAST(_foreach_div__List),
-    FLAGOS_FAST(_foreach_div__ScalarList),
-    FLAGOS_FAST(_foreach_div__Tensor),
-    FLAGOS_FAST(_foreach_addcmul__Scalar),
-    FLAGOS_FAST(_foreach_addcmul__ScalarList),
-    FLAGOS_FAST(_foreach_addcmul__Tensor),
-    FLAGOS_FAST(_foreach_addcdiv__Scalar),
-    FLAGOS_FAST(_foreach_addcdiv__ScalarList),
-    FLAGOS_FAST(_foreach_addcdiv__Tensor),
-    FLAGOS_FAST(_foreach_lerp__Scalar),
-    FLAGOS_FAST(_foreach_lerp__List),
-    FLAGOS_FAST(_foreach_sqrt),
-    FLAGOS_FAST(_foreach_sqrt_),
-    FLAGOS_FAST(_foreach_neg),
-    FLAGOS_FAST(_foreach_neg_),
-    FLAGOS_FAST(_foreach_zero_),
-    FLAGOS_FAST(_foreach_norm_Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_add_Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_add__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_add_List),
+    FLAGOS_FAST_DIRECT(_foreach_add__List),
+    FLAGOS_FAST_DIRECT(_foreach_add__ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_add__Tensor),
+    FLAGOS_FAST_DIRECT(_foreach_sub__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_sub__List),
+    FLAGOS_FAST_DIRECT(_foreach_mul_Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_mul__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_mul__List),
+    FLAGOS_FAST_DIRECT(_foreach_mul__ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_mul__Tensor),
+    FLAGOS_FAST_DIRECT(_foreach_div_Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_div_ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_div__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_div__List),
+    FLAGOS_FAST_DIRECT(_foreach_div__ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_div__Tensor),
+    FLAGOS_FAST_DIRECT(_foreach_addcmul__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_addcmul__ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_addcmul__Tensor),
+    FLAGOS_FAST_DIRECT(_foreach_addcdiv__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_addcdiv__ScalarList),
+    FLAGOS_FAST_DIRECT(_foreach_addcdiv__Tensor),
+    FLAGOS_FAST_DIRECT(_foreach_lerp__Scalar),
+    FLAGOS_FAST_DIRECT(_foreach_lerp__List),
+    FLAGOS_FAST_DIRECT(_foreach_sqrt),
+    FLAGOS_FAST_DIRECT(_foreach_sqrt_),
+    FLAGOS_FAST_DIRECT(_foreach_neg),
+    FLAGOS_FAST_DIRECT(_foreach_neg_),
+    FLAGOS_FAST_DIRECT(_foreach_zero_),
+    FLAGOS_FAST(_foreach_norm_Scalar), // allocates with at::detail::empty_cuda: aliases only
 };
 
 } // namespace
