@@ -166,3 +166,26 @@ def test_small_cnn_matches_cpu() -> None:
     dev_out.sum().backward()
     for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters(), strict=True):
         torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_replays_the_dropout_masks(use_reentrant: bool) -> None:
+    # The recomputed forward must draw the same dropout masks as the first one, or the
+    # gradients are silently wrong: checkpoint stashes the flagos RNG state only when
+    # torch.flagos reports itself initialised.
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.5), nn.Linear(32, 8)).to("flagos")
+    x = torch.randn(4, 16, device="flagos", requires_grad=True)
+    grads = []
+    for checkpointed in (True, False):
+        torch.manual_seed(1)
+        y = checkpoint(block, x, use_reentrant=use_reentrant) if checkpointed else block(x)
+        y.square().sum().backward()
+        grads.append([x.grad.cpu().clone()] + [p.grad.cpu().clone() for p in block.parameters()])
+        x.grad = None
+        block.zero_grad(set_to_none=True)
+    for with_checkpoint, without in zip(*grads, strict=True):
+        torch.testing.assert_close(with_checkpoint, without, rtol=0, atol=0)
+    assert torch.flagos._initialized

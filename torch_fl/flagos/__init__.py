@@ -118,6 +118,11 @@ def __getattr__(name: str):  # noqa: ANN202
     # these up on torch.<privateuse1 name> and registers what it finds, without a custom pass.
     # register() has registered everything, the pass that keys the FX graph cache included;
     # answering None tells Inductor there is nothing more to register.
+    if name == "_initialized":
+        # torch.utils.checkpoint stashes and replays a device's RNG state (dropout masks of the
+        # recomputed forward) only when the device module says it is initialised, as
+        # torch.cuda._initialized does. flagos is ready from import on, except in a bad fork.
+        return not _is_in_bad_fork()
     if name in _INDUCTOR_HOOKS:
         from torch_fl.compile import register
 
