@@ -4,6 +4,7 @@
 #include "aten/native/convolution.h"
 #include "aten/native/dropout.h"
 #include "aten/native/minimal.h"
+#include "aten/native/rnn_cells.h"
 
 #include <torch/library.h>
 
@@ -37,6 +38,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl(
       "_scaled_dot_product_fused_attention_overrideable_backward",
       TORCH_FN(native::fused_attention_overrideable_backward));
+#endif
+#if !defined(FLAGOS_BUILD_BOXING)
+  // No native device kernels to route these to (only CUDA has them): elementwise versions.
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(native::fused_lstm_cell));
+  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(native::fused_lstm_cell_backward_impl));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(native::fused_gru_cell));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(native::fused_gru_cell_backward));
 #endif
 #if defined(FLAGOS_ACCELERATOR_CPU)
   // On device accelerators the native dropout kernel already draws from the device's default
