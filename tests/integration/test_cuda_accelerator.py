@@ -263,7 +263,9 @@ def test_a_cuda_graph_captures_and_replays_flagos_work() -> None:
             model(static_in)
     torch.flagos.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    assert not torch.flagos.is_current_stream_capturing()
     with torch.no_grad(), torch.cuda.graph(graph):
+        assert torch.flagos.is_current_stream_capturing()  # the capturing CUDA stream is ours
         static_out = model(static_in)
     assert static_out.device.type == "flagos"
     for seed in (1, 2):

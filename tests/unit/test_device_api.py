@@ -254,3 +254,50 @@ def test_torch_finds_the_lazy_init_hook(monkeypatch: pytest.MonkeyPatch) -> None
     z = torch.tensor([1.0, 2.0], device="flagos") + torch.arange(2, device="flagos")
     assert misses == []
     assert (y.cpu() == 3).all() and z.cpu().tolist() == [1.0, 3.0]
+
+
+def test_memory_summary_tabulates_the_allocator_statistics() -> None:
+    from torch_fl.flagos._memory import _format_bytes
+
+    def allocated_row(text: str) -> list[str]:
+        row = next(line for line in text.splitlines() if line.startswith("Allocated memory"))
+        return row[len("Allocated memory") :].split()
+
+    held = torch.empty(3 << 20, dtype=torch.uint8, device="flagos:0")
+    summary = torch.flagos.memory_summary(0)
+    assert "flagos:0 memory summary" in summary and "from large pool" in summary
+    current = _format_bytes(torch.flagos.memory_allocated(0)).split()
+    assert allocated_row(summary)[:2] == current
+    peak = _format_bytes(torch.flagos.max_memory_allocated(0)).split()
+    assert allocated_row(summary)[2:4] == peak
+    short = torch.flagos.memory_summary("flagos:0", abbreviated=True)
+    assert "from large pool" not in short and allocated_row(short)[:2] == current
+    del held
+
+
+def test_out_of_memory_raises_torchs_error() -> None:
+    assert torch.flagos.OutOfMemoryError is torch.OutOfMemoryError
+    before = torch.flagos.memory_stats(0)["num_ooms"]
+    with pytest.raises(torch.flagos.OutOfMemoryError, match="out of memory"):
+        torch.empty(1 << 62, dtype=torch.uint8, device="flagos:0")
+    assert torch.flagos.memory_stats(0)["num_ooms"] == before + 1
+    torch.flagos.reset_max_memory_allocated(0)  # the older name of reset_peak_memory_stats
+    assert torch.flagos.max_memory_allocated(0) == torch.flagos.memory_allocated(0)
+
+
+def test_default_generators_peer_access_and_capture_state() -> None:
+    gens = torch.flagos.default_generators
+    assert len(gens) == torch.flagos.device_count()
+    gens[0].manual_seed(11)
+    first = torch.randn(3, device="flagos:0").cpu()
+    torch.flagos.manual_seed(11)
+    assert torch.equal(first, torch.randn(3, device="flagos:0").cpu())
+    last = torch.flagos.device_count() - 1
+    if torch_fl.build_config.ACCELERATOR == "cpu":
+        expected = True  # every flagos device is host memory
+    else:
+        expected = torch.cuda.can_device_access_peer(0, last)  # flagos:N is cuda:N
+    assert torch.flagos.can_device_access_peer(0, last) is expected
+    with pytest.raises(IndexError, match="Invalid device flagos:"):
+        torch.flagos.can_device_access_peer(0, torch.flagos.device_count())
+    assert torch.flagos.is_current_stream_capturing() is False

@@ -1,8 +1,11 @@
 """`torch.flagos`: the device module of the flagos device, shaped like `torch.cuda`."""
 
+import torch
+
 from torch_fl.flagos._device import (
     _is_in_bad_fork,
     _lazy_init,
+    can_device_access_peer,
     current_device,
     device,
     device_count,
@@ -21,7 +24,9 @@ from torch_fl.flagos._memory import (
     memory_allocated,
     memory_reserved,
     memory_stats,
+    memory_summary,
     reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
 from torch_fl.flagos._properties import (
@@ -50,17 +55,23 @@ from torch_fl.flagos._streams import (
     StreamContext,
     current_stream,
     default_stream,
+    is_current_stream_capturing,
     set_stream,
     stream,
 )
 
+# Raised when a flagos allocation fails (`except torch.flagos.OutOfMemoryError`), as on cuda.
+OutOfMemoryError = torch.OutOfMemoryError
+
 __all__ = [
     "DeviceProperties",
     "Event",
+    "OutOfMemoryError",
     "Stream",
     "StreamContext",
     "_is_in_bad_fork",
     "_lazy_init",
+    "can_device_access_peer",
     "current_device",
     "current_stream",
     "default_generator",
@@ -77,6 +88,7 @@ __all__ = [
     "get_rng_state_all",
     "init",
     "initial_seed",
+    "is_current_stream_capturing",
     "is_available",
     "is_bf16_supported",
     "is_initialized",
@@ -88,7 +100,9 @@ __all__ = [
     "memory_allocated",
     "memory_reserved",
     "memory_stats",
+    "memory_summary",
     "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
@@ -118,6 +132,9 @@ def __getattr__(name: str):  # noqa: ANN202
     # these up on torch.<privateuse1 name> and registers what it finds, without a custom pass.
     # register() has registered everything, the pass that keys the FX graph cache included;
     # answering None tells Inductor there is nothing more to register.
+    if name == "default_generators":
+        # torch.cuda.default_generators: one default generator per device.
+        return tuple(default_generator(i) for i in range(device_count()))
     if name == "_initialized":
         # torch.utils.checkpoint stashes and replays a device's RNG state (dropout masks of the
         # recomputed forward) only when the device module says it is initialised, as

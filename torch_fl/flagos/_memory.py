@@ -43,6 +43,11 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     _C._reset_peak_memory_stats(device_index(device))
 
 
+def reset_max_memory_allocated(device: DeviceLike = None) -> None:
+    """The older name torch.cuda keeps: resets every peak, as reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
 def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
     _C._reset_accumulated_memory_stats(device_index(device))
 
@@ -55,3 +60,56 @@ def empty_cache() -> None:
 def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory."""
     return tuple(_C._mem_get_info(device_index(device)))
+
+
+def _format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+_SUMMARY_ROWS = (
+    ("Allocated memory", "allocated_bytes", True),
+    ("Active memory", "active_bytes", True),
+    ("Requested memory", "requested_bytes", True),
+    ("Reserved memory", "reserved_bytes", True),
+    ("Allocations", "allocation", False),
+    ("Active allocations", "active", False),
+    ("Reserved segments", "segment", False),
+)
+
+
+_SUMMARY_FIELDS = ("current", "peak", "allocated", "freed")
+_SUMMARY_COUNTS = (
+    ("Device allocations", "num_device_alloc"),
+    ("Device frees", "num_device_free"),
+    ("Allocation retries", "num_alloc_retries"),
+    ("Out-of-memory errors", "num_ooms"),
+)
+
+
+def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
+    """A printable table of memory_stats(device), shaped like torch.cuda.memory_summary: per
+    statistic its current and peak values and the totals allocated and freed since the last
+    reset, for all pools (and the small and large pools unless `abbreviated`)."""
+    index = device_index(device)
+    stats = memory_stats(index)
+    pools = ("all",) if abbreviated else ("all", "large_pool", "small_pool")
+    header = f"{'Metric':<34}{'Cur Usage':>13}{'Peak Usage':>13}{'Tot Alloc':>13}{'Tot Freed':>13}"
+    rule = "=" * len(header)
+    lines = [rule, f" flagos:{index} memory summary ({_C._accelerator_name()} accelerator)", rule]
+    lines.append(header)
+    for title, key, is_bytes in _SUMMARY_ROWS:
+        lines.append("-" * len(header))
+        for pool in pools:
+            label = title if pool == "all" else f"  from {pool.replace('_', ' ')}"
+            values = [stats.get(f"{key}.{pool}.{f}", 0) for f in _SUMMARY_FIELDS]
+            shown = [_format_bytes(v) if is_bytes else str(v) for v in values]
+            lines.append(f"{label:<34}" + "".join(f"{v:>13}" for v in shown))
+    lines.append("-" * len(header))
+    for title, key in _SUMMARY_COUNTS:
+        lines.append(f"{title:<34}{stats.get(key, 0):>13}")
+    lines.append(rule)
+    return "\n".join(lines) + "\n"

@@ -76,3 +76,13 @@ class StreamContext:
 
 def stream(stream: torch.Stream | None) -> StreamContext:
     return StreamContext(stream)
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether the current stream is capturing a graph. flagos streams are the native device's
+    streams, so on the cuda accelerator this is CUDA's answer; host streams never capture."""
+    from torch_fl import _C
+
+    if _C._native_device_type() == "cuda":
+        return torch.cuda.is_current_stream_capturing()
+    return False
