@@ -7,6 +7,7 @@
 #include "runtime/fork_guard.h"
 #include "runtime/generator.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -58,6 +59,19 @@ py::dict memory_stats(c10::DeviceIndex index) {
   return d;
 }
 
+// torch.cuda.host_memory_stats's keys for the statistics every host allocator keeps.
+py::dict host_memory_stats() {
+  const auto s = accelerator().host_allocator()->get_stats();
+  py::dict d;
+  d["allocations"] = stat_dict(s.allocations);
+  d["allocated_bytes"] = stat_dict(s.allocated_bytes);
+  d["active_requests"] = stat_dict(s.active_requests);
+  d["active_bytes"] = stat_dict(s.active_bytes);
+  d["num_host_alloc"] = s.num_host_alloc;
+  d["num_host_free"] = s.num_host_free;
+  return d;
+}
+
 c10::Device flagos(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::PrivateUse1, index);
 }
@@ -99,6 +113,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_empty_cache", [] {
     py::gil_scoped_release no_gil;
     accelerator().device_allocator()->emptyCache({0, 0});
+  });
+  m.def("_host_memory_stats", &host_memory_stats);
+  m.def(
+      "_reset_peak_host_memory_stats", [] { accelerator().host_allocator()->reset_peak_stats(); });
+  m.def("_reset_accumulated_host_memory_stats", [] {
+    accelerator().host_allocator()->reset_accumulated_stats();
   });
   m.def("_reset_peak_memory_stats", [](int index) {
     accelerator().device_allocator()->resetPeakStats(resolve_device_index(index));

@@ -17,6 +17,10 @@
 #include <cstddef>
 #include <string>
 
+namespace at {
+struct HostAllocator;
+} // namespace at
+
 namespace torch_fl {
 
 struct DeviceProperties {
@@ -50,8 +54,10 @@ class Accelerator {
   virtual c10::DeviceAllocator* device_allocator() = 0;
   // The allocator native kernels use; resizes of aliased out= tensors draw from it.
   virtual c10::Allocator* native_allocator() const = 0;
-  // Pinned host memory for fast transfers.
-  virtual c10::Allocator* host_allocator() = 0;
+  // Pinned host memory for fast transfers; also PrivateUse1's entry in ATen's host-allocator
+  // registry (torch.accelerator.empty_host_cache). Called at registration: must not start the
+  // device runtime.
+  virtual at::HostAllocator* host_allocator() = 0;
   virtual bool is_pinned_ptr(const void* ptr) const = 0;
   // The flagos device that owns a device pointer (current device when unknown).
   virtual c10::Device device_from_ptr(void* ptr) const = 0;

@@ -4,6 +4,8 @@
 #include "runtime/generator.h"
 #include "runtime/storage.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+
 namespace torch_fl {
 namespace {
 c10::Device flagos(c10::DeviceIndex index) {

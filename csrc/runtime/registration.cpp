@@ -1,8 +1,9 @@
-// Registers the flagos runtime with c10/ATen: device guard, device allocator and hooks.
+// Registers the flagos runtime with c10/ATen: device guard, device and host allocators, hooks.
 
 #include "runtime/accelerator.h"
 #include "runtime/hooks.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -84,6 +85,8 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, FlagosGuardImpl);
 
 const bool registered = [] {
   c10::SetAllocator(c10::DeviceType::PrivateUse1, accelerator().device_allocator());
+  // Without it torch.accelerator.empty_host_cache() dereferenced a null allocator.
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, accelerator().host_allocator());
   at::RegisterPrivateUse1HooksInterface(new FlagosHooks());
   return true;
 }();

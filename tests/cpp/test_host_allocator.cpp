@@ -3,6 +3,8 @@
 
 #include "helpers.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,7 +13,7 @@
 namespace torch_fl::testing {
 namespace {
 
-c10::Allocator& host() {
+at::HostAllocator& host() {
   return *accelerator().host_allocator();
 }
 
@@ -74,6 +76,32 @@ TEST(HostAllocator, RawDeleterFreesAndUnpins) {
   EXPECT_TRUE(accelerator().is_pinned_ptr(ptr));
   host().raw_deleter()(ptr);
   EXPECT_FALSE(accelerator().is_pinned_ptr(ptr));
+}
+
+TEST(HostAllocator, StatisticsCountLiveBlocksAndPeaks) {
+  host().reset_peak_stats();
+  const auto before = host().get_stats();
+  {
+    c10::DataPtr a = host().allocate(1000);
+    c10::DataPtr b = host().allocate(24);
+    const auto during = host().get_stats();
+    EXPECT_EQ(during.allocations.current - before.allocations.current, 2);
+    EXPECT_EQ(during.allocated_bytes.current - before.allocated_bytes.current, 1024);
+    EXPECT_EQ(during.active_bytes.current, during.allocated_bytes.current);
+    EXPECT_EQ(during.num_host_alloc - before.num_host_alloc, 2);
+    EXPECT_TRUE(
+        host().record_event(
+            a.get(),
+            a.get_context(),
+            c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0))));
+  }
+  const auto after = host().get_stats();
+  EXPECT_EQ(after.allocations.current, before.allocations.current);
+  EXPECT_EQ(after.allocated_bytes.peak - before.allocated_bytes.current, 1024);
+  EXPECT_EQ(after.num_host_free - before.num_host_free, 2);
+  host().reset_peak_stats();
+  EXPECT_EQ(host().get_stats().allocated_bytes.peak, after.allocated_bytes.current);
+  host().empty_cache(); // nothing cached: a no-op that must not fail
 }
 
 } // namespace

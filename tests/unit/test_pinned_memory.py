@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -93,3 +96,35 @@ def test_dataloader_with_workers_and_pin_memory() -> None:
     torch.flagos.synchronize()
     assert all(m.device.type == "flagos" for m in moved)
     assert torch.equal(torch.cat(moved).cpu(), data)
+
+
+def test_host_memory_stats_follow_pinned_tensors() -> None:
+    torch.flagos.reset_peak_host_memory_stats()
+    before = torch.flagos.host_memory_stats()
+    pinned = torch.empty(4096, dtype=torch.uint8).pin_memory()
+    during = torch.flagos.host_memory_stats()
+    assert during["allocations.current"] - before["allocations.current"] >= 1
+    assert during["allocated_bytes.current"] - before["allocated_bytes.current"] >= 4096
+    assert during["allocated_bytes.peak"] >= during["allocated_bytes.current"]
+    del pinned
+    torch.accelerator.empty_host_cache()  # returns what a caching pool kept
+    after = torch.flagos.host_memory_stats()
+    assert after["allocated_bytes.current"] <= during["allocated_bytes.current"] - 4096
+    assert after["num_host_free"] > during["num_host_free"]
+    torch.flagos.reset_accumulated_host_memory_stats()
+    assert torch.flagos.host_memory_stats()["num_host_alloc"] == 0
+
+
+def test_empty_host_cache_after_device_use() -> None:
+    # torch.accelerator.empty_host_cache() reads PrivateUse1's entry in ATen's host-allocator
+    # registry once the device is in use; an unregistered entry crashed the process.
+    code = (
+        "import torch, torch_fl\n"
+        "x = torch.ones(4, device='flagos') + 1\n"
+        "p = torch.ones(8).pin_memory()\n"
+        "torch.accelerator.empty_host_cache()\n"
+        "print(x.sum().item(), p.is_pinned())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["8.0", "True"]

@@ -18,6 +18,7 @@ from torch_fl.flagos._device import (
 )
 from torch_fl.flagos._memory import (
     empty_cache,
+    host_memory_stats,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -25,8 +26,10 @@ from torch_fl.flagos._memory import (
     memory_reserved,
     memory_stats,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
 )
 from torch_fl.flagos._properties import (
@@ -86,6 +89,7 @@ __all__ = [
     "get_device_properties",
     "get_rng_state",
     "get_rng_state_all",
+    "host_memory_stats",
     "init",
     "initial_seed",
     "is_current_stream_capturing",
@@ -101,8 +105,10 @@ __all__ = [
     "memory_reserved",
     "memory_stats",
     "memory_summary",
+    "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
+    "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",

@@ -52,6 +52,23 @@ def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
     _C._reset_accumulated_memory_stats(device_index(device))
 
 
+def host_memory_stats() -> dict[str, int]:
+    """Statistics of pinned host memory (the cuda accelerator's are CUDA's pinned pool's), with
+    torch.cuda.host_memory_stats's key names: allocations, allocated_bytes, active_requests and
+    active_bytes (each .current, .peak, .allocated, .freed), num_host_alloc, num_host_free."""
+    flat: dict[str, int] = {}
+    _flatten("", _C._host_memory_stats(), flat)
+    return dict(sorted(flat.items()))
+
+
+def reset_peak_host_memory_stats() -> None:
+    _C._reset_peak_host_memory_stats()
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    _C._reset_accumulated_host_memory_stats()
+
+
 def empty_cache() -> None:
     """Returns cached, unused device memory to the system."""
     _C._empty_cache()

@@ -68,7 +68,7 @@ class CpuAccelerator final : public Accelerator {
   c10::Allocator* native_allocator() const override {
     return c10::GetCPUAllocator();
   }
-  c10::Allocator* host_allocator() override {
+  at::HostAllocator* host_allocator() override {
     return &cpu::host_allocator();
   }
   bool is_pinned_ptr(const void* ptr) const override {

@@ -2,9 +2,25 @@
 
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace torch_fl::cpu {
+
+namespace {
+
+void add(c10::CachingAllocator::Stat& stat, int64_t amount) {
+  stat.current += amount;
+  stat.peak = std::max(stat.peak, stat.current);
+  stat.allocated += amount;
+}
+
+void remove(c10::CachingAllocator::Stat& stat, int64_t amount) {
+  stat.current -= amount;
+  stat.freed += amount;
+}
+
+} // namespace
 
 CpuHostAllocator& host_allocator() {
   static CpuHostAllocator instance;
@@ -19,6 +35,13 @@ c10::DataPtr CpuHostAllocator::allocate(size_t nbytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     blocks_[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
+    // Every block is its own allocation and in use until freed.
+    const auto bytes = static_cast<int64_t>(nbytes);
+    add(stats_.allocations, 1);
+    add(stats_.allocated_bytes, bytes);
+    add(stats_.active_requests, 1);
+    add(stats_.active_bytes, bytes);
+    stats_.num_host_alloc += 1;
   }
   return c10::DataPtr(ptr, ptr, &CpuHostAllocator::free_pinned, c10::Device(c10::DeviceType::CPU));
 }
@@ -27,7 +50,16 @@ void CpuHostAllocator::free_pinned(void* ptr) {
   auto& self = host_allocator();
   {
     std::lock_guard<std::mutex> lock(self.mutex_);
-    self.blocks_.erase(reinterpret_cast<uintptr_t>(ptr));
+    auto it = self.blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != self.blocks_.end()) {
+      const auto bytes = static_cast<int64_t>(it->second);
+      remove(self.stats_.allocations, 1);
+      remove(self.stats_.allocated_bytes, bytes);
+      remove(self.stats_.active_requests, 1);
+      remove(self.stats_.active_bytes, bytes);
+      self.stats_.num_host_free += 1;
+      self.blocks_.erase(it);
+    }
   }
   c10::free_cpu(ptr);
 }
@@ -39,6 +71,40 @@ c10::DeleterFnPtr CpuHostAllocator::raw_deleter() const {
 void CpuHostAllocator::copy_data(void* dst, const void* src, std::size_t count) const {
   if (count > 0) {
     std::memcpy(dst, src, count);
+  }
+}
+
+bool CpuHostAllocator::record_event(void* ptr, void*, c10::Stream) {
+  return contains(ptr);
+}
+
+at::HostStats CpuHostAllocator::get_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CpuHostAllocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto* stat :
+       {&stats_.allocations,
+        &stats_.allocated_bytes,
+        &stats_.active_requests,
+        &stats_.active_bytes}) {
+    stat->allocated = 0;
+    stat->freed = 0;
+  }
+  stats_.num_host_alloc = 0;
+  stats_.num_host_free = 0;
+}
+
+void CpuHostAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto* stat :
+       {&stats_.allocations,
+        &stats_.allocated_bytes,
+        &stats_.active_requests,
+        &stats_.active_bytes}) {
+    stat->peak = stat->current;
   }
 }
 

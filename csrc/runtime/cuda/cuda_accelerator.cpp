@@ -9,6 +9,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_device_allocator.h"
 #include "runtime/cuda/cuda_guard.h"
+#include "runtime/cuda/cuda_host_allocator.h"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/from_blob.h>
@@ -49,9 +50,8 @@ class CudaAccelerator final : public Accelerator {
     cuda::ensure_cuda_initialized();
     return c10::GetAllocator(c10::DeviceType::CUDA);
   }
-  c10::Allocator* host_allocator() override {
-    cuda::ensure_cuda_initialized();
-    return at::detail::getCUDAHooks().getPinnedMemoryAllocator();
+  at::HostAllocator* host_allocator() override {
+    return &host_allocator_;
   }
   bool is_pinned_ptr(const void* ptr) const override {
     return at::detail::getCUDAHooks().isPinnedPtr(ptr);
@@ -100,6 +100,7 @@ class CudaAccelerator final : public Accelerator {
  private:
   cuda::CudaGuardImpl guard_;
   cuda::CudaDeviceAllocator device_allocator_;
+  cuda::CudaHostAllocator host_allocator_;
 };
 
 } // namespace
