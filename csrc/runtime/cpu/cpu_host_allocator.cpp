@@ -20,6 +20,15 @@ void remove(c10::CachingAllocator::Stat& stat, int64_t amount) {
   stat.freed += amount;
 }
 
+// The statistics this allocator keeps (the timing ones stay zero).
+template <typename F>
+void for_each_stat(at::HostStats& stats, F f) {
+  for (auto* stat :
+       {&stats.allocations, &stats.allocated_bytes, &stats.active_requests, &stats.active_bytes}) {
+    f(*stat);
+  }
+}
+
 } // namespace
 
 CpuHostAllocator& host_allocator() {
@@ -85,27 +94,17 @@ at::HostStats CpuHostAllocator::get_stats() {
 
 void CpuHostAllocator::reset_accumulated_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto* stat :
-       {&stats_.allocations,
-        &stats_.allocated_bytes,
-        &stats_.active_requests,
-        &stats_.active_bytes}) {
-    stat->allocated = 0;
-    stat->freed = 0;
-  }
+  for_each_stat(stats_, [](c10::CachingAllocator::Stat& stat) {
+    stat.allocated = 0;
+    stat.freed = 0;
+  });
   stats_.num_host_alloc = 0;
   stats_.num_host_free = 0;
 }
 
 void CpuHostAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto* stat :
-       {&stats_.allocations,
-        &stats_.allocated_bytes,
-        &stats_.active_requests,
-        &stats_.active_bytes}) {
-    stat->peak = stat->current;
-  }
+  for_each_stat(stats_, [](c10::CachingAllocator::Stat& stat) { stat.peak = stat.current; });
 }
 
 bool CpuHostAllocator::contains(const void* ptr) const {
