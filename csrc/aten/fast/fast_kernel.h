@@ -15,9 +15,9 @@
 //      other route, strict mode and logging behave exactly as for a boxed operator;
 //   2. counts the call and opens the `flagos::<route>` profiler event, as route_call does;
 //   3. checks devices with the router's DeviceCheck (same rules, same messages), builds native
-//      aliases of the flagos tensor arguments (resizable for written ones), switches to the
-//      call's device when needed and calls at::_ops::X::redispatch on the native key (CPU or
-//      CUDA) directly;
+//      aliases of the flagos tensor arguments (resizable for written ones; none for a direct
+//      kernel on a device accelerator, see FastKernel), switches to the call's device when
+//      needed and calls at::_ops::X::redispatch on the native key (CPU or CUDA) directly;
 //   4. syncs written arguments back (out= resizes included), returns the caller's own tensor
 //      for in-place/out= results and re-labels fresh results as flagos:index.
 // This is what prepare_call / redispatchBoxed / finish_call do on a stack (aliased_call.cpp);
@@ -239,11 +239,11 @@ class Mapped<at::TensorList> {
     for (const at::Tensor& t : src_) {
       mapped_.push_back(is_flagos(t) ? native_alias(t, written) : t);
     }
-    mapped_flag_ = true;
+    is_mapped_ = true;
     written_ = written;
   }
   at::TensorList get() {
-    return mapped_flag_ ? at::TensorList(mapped_) : src_;
+    return is_mapped_ ? at::TensorList(mapped_) : src_;
   }
   void sync() {
     if (!written_) {
@@ -262,7 +262,7 @@ class Mapped<at::TensorList> {
  private:
   at::TensorList src_;
   c10::SmallVector<at::Tensor, 4> mapped_;
-  bool mapped_flag_ = false;
+  bool is_mapped_ = false;
   bool written_ = false;
 };
 
