@@ -296,12 +296,11 @@ void call_native(
   call.relabel_in_place = true;
   prepare_call(op, plan, stack, mapping, call);
   {
+    c10::OptionalDeviceGuard switch_device;
     if (!is_current_device(call.index)) {
-      c10::DeviceGuard switch_device(c10::Device(c10::DeviceType::PrivateUse1, call.index));
-      op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
-    } else {
-      op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
+      switch_device.reset_device(c10::Device(c10::DeviceType::PrivateUse1, call.index));
     }
+    op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
   }
   finish_call(op, plan, stack, call);
 }

@@ -90,6 +90,9 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_device_count", [] { return static_cast<int>(accelerator().device_count()); });
   m.def("_is_in_bad_fork", [] { return in_bad_fork(); });
+  m.def("_resolve_device_index", [](int index) {
+    return static_cast<int>(resolve_device_index(static_cast<c10::DeviceIndex>(index)));
+  });
   m.def("_current_device", [] {
     return static_cast<int>(accelerator().guard().getDevice().index());
   });

@@ -85,11 +85,9 @@ def _lazy_init() -> None:
 def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
     """Whether `device` can read `peer_device`'s memory directly (cpu accelerator: all flagos
     devices share host memory; cuda accelerator: CUDA's answer for the same indices)."""
-    index, peer = device_index(device, optional=False), device_index(peer_device, optional=False)
-    count = device_count()
-    for i in (index, peer):
-        if not 0 <= i < count:
-            raise IndexError(f"Invalid device flagos:{i}: this process has {count} device(s)")
+    index, peer = (
+        _C._resolve_device_index(device_index(d, optional=False)) for d in (device, peer_device)
+    )
     if _C._native_device_type() == "cuda":
         return bool(torch.cuda.can_device_access_peer(index, peer))
     return True

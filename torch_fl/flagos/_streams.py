@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from torch_fl import _C
 from torch_fl.flagos._device import DeviceLike, device_index
 
 
@@ -81,8 +82,6 @@ def stream(stream: torch.Stream | None) -> StreamContext:
 def is_current_stream_capturing() -> bool:
     """Whether the current stream is capturing a graph. flagos streams are the native device's
     streams, so on the cuda accelerator this is CUDA's answer; host streams never capture."""
-    from torch_fl import _C
-
     if _C._native_device_type() == "cuda":
         return torch.cuda.is_current_stream_capturing()
     return False

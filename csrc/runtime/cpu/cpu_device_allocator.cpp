@@ -1,6 +1,7 @@
 #include "runtime/cpu/cpu_device_allocator.h"
 
 #include "runtime/accelerator.h"
+#include "runtime/cpu/stat_update.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -22,17 +23,6 @@ constexpr size_t kSmallLimit = size_t(1) << 20; // below: "small pool", as CUDA 
 
 size_t round_size(size_t nbytes) {
   return (nbytes + kRound - 1) / kRound * kRound;
-}
-
-void increase(Stat& s, size_t amount) {
-  s.current += static_cast<int64_t>(amount);
-  s.peak = std::max(s.peak, s.current);
-  s.allocated += static_cast<int64_t>(amount);
-}
-
-void decrease(Stat& s, size_t amount) {
-  s.current -= static_cast<int64_t>(amount);
-  s.freed += static_cast<int64_t>(amount);
 }
 
 // An adopted native allocation is its own segment: it counts as allocated, active, reserved

@@ -1,23 +1,23 @@
 #include "runtime/cpu/cpu_host_allocator.h"
 
+#include "runtime/cpu/stat_update.h"
+
 #include <c10/core/impl/alloc_cpu.h>
 
-#include <algorithm>
 #include <cstring>
 
 namespace torch_fl::cpu {
 
 namespace {
 
-void add(c10::CachingAllocator::Stat& stat, int64_t amount) {
-  stat.current += amount;
-  stat.peak = std::max(stat.peak, stat.current);
-  stat.allocated += amount;
-}
+using c10::CachingAllocator::Stat;
 
-void remove(c10::CachingAllocator::Stat& stat, int64_t amount) {
-  stat.current -= amount;
-  stat.freed += amount;
+// A block is one allocation, in use until freed. `update` is increase() or decrease().
+void account_block(at::HostStats& stats, size_t nbytes, void (*update)(Stat&, size_t)) {
+  update(stats.allocations, 1);
+  update(stats.allocated_bytes, nbytes);
+  update(stats.active_requests, 1);
+  update(stats.active_bytes, nbytes);
 }
 
 // The statistics this allocator keeps (the timing ones stay zero).
@@ -44,12 +44,7 @@ c10::DataPtr CpuHostAllocator::allocate(size_t nbytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     blocks_[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
-    // Every block is its own allocation and in use until freed.
-    const auto bytes = static_cast<int64_t>(nbytes);
-    add(stats_.allocations, 1);
-    add(stats_.allocated_bytes, bytes);
-    add(stats_.active_requests, 1);
-    add(stats_.active_bytes, bytes);
+    account_block(stats_, nbytes, &increase);
     stats_.num_host_alloc += 1;
   }
   return c10::DataPtr(ptr, ptr, &CpuHostAllocator::free_pinned, c10::Device(c10::DeviceType::CPU));
@@ -61,11 +56,7 @@ void CpuHostAllocator::free_pinned(void* ptr) {
     std::lock_guard<std::mutex> lock(self.mutex_);
     auto it = self.blocks_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it != self.blocks_.end()) {
-      const auto bytes = static_cast<int64_t>(it->second);
-      remove(self.stats_.allocations, 1);
-      remove(self.stats_.allocated_bytes, bytes);
-      remove(self.stats_.active_requests, 1);
-      remove(self.stats_.active_bytes, bytes);
+      account_block(self.stats_, it->second, &decrease);
       self.stats_.num_host_free += 1;
       self.blocks_.erase(it);
     }
@@ -94,7 +85,7 @@ at::HostStats CpuHostAllocator::get_stats() {
 
 void CpuHostAllocator::reset_accumulated_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for_each_stat(stats_, [](c10::CachingAllocator::Stat& stat) {
+  for_each_stat(stats_, [](Stat& stat) {
     stat.allocated = 0;
     stat.freed = 0;
   });
@@ -104,7 +95,7 @@ void CpuHostAllocator::reset_accumulated_stats() {
 
 void CpuHostAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for_each_stat(stats_, [](c10::CachingAllocator::Stat& stat) { stat.peak = stat.current; });
+  for_each_stat(stats_, [](Stat& stat) { stat.peak = stat.current; });
 }
 
 bool CpuHostAllocator::contains(const void* ptr) const {
