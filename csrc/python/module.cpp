@@ -117,7 +117,17 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     accelerator().device_allocator()->emptyCache({0, 0});
   });
+  m.def("_set_memory_fraction", [](double fraction, int index) {
+    accelerator().set_memory_fraction(fraction, resolve_device_index(index));
+  });
+  m.def("_memory_fraction", [](int index) {
+    return accelerator().memory_fraction(resolve_device_index(index));
+  });
   m.def("_host_memory_stats", &host_memory_stats);
+  m.def("_empty_host_cache", [] {
+    py::gil_scoped_release no_gil;
+    accelerator().host_allocator()->empty_cache();
+  });
   m.def(
       "_reset_peak_host_memory_stats", [] { accelerator().host_allocator()->reset_peak_stats(); });
   m.def("_reset_accumulated_host_memory_stats", [] {

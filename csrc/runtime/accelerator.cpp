@@ -41,4 +41,12 @@ c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
   return index;
 }
 
+void Accelerator::set_memory_fraction(double, c10::DeviceIndex) {
+  TORCH_CHECK(false, "the ", name(), " accelerator's memory limit is set by its native pool");
+}
+
+double Accelerator::memory_fraction(c10::DeviceIndex) const {
+  TORCH_CHECK(false, "the ", name(), " accelerator's memory limit is set by its native pool");
+}
+
 } // namespace torch_fl

@@ -79,6 +79,12 @@ class Accelerator {
   virtual at::Generator default_native_generator(c10::DeviceIndex index) const = 0;
 
   virtual DeviceProperties properties(c10::DeviceIndex index) const = 0;
+
+  // The share of flagos:index's memory this process may reserve. Device accelerators share the
+  // native pool, whose limit torch.cuda sets (torch.flagos calls it); only the cpu accelerator's
+  // own pool implements these.
+  virtual void set_memory_fraction(double fraction, c10::DeviceIndex index);
+  virtual double memory_fraction(c10::DeviceIndex index) const;
 };
 
 // The accelerator of this build. Created on first use; never destroyed.

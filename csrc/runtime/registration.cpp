@@ -5,6 +5,7 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace torch_fl {
@@ -78,6 +79,12 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   double elapsedTime(void* a, void* b, const c10::DeviceIndex i) const override {
     return impl().elapsedTime(a, b, i);
+  }
+  // torch.accelerator.get_device_capability(): every accelerator runs every dtype (the cpu one on
+  // CPU kernels, the device ones on the vendor's), which is what the default reports.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    check_device_index(d.index());
+    return c10::DeviceCapability();
   }
 };
 

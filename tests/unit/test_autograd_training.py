@@ -34,8 +34,21 @@ def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
         lambda p: torch.optim.Adam(p, lr=0.01),
         lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, foreach=False),
+        # The fused kernels (one call per parameter group), as `fused=True` users pick them.
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, fused=True),
+        lambda p: torch.optim.Adam(p, lr=0.01, fused=True),
+        lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, amsgrad=True, fused=True),
+        lambda p: torch.optim.Adagrad(p, lr=0.05, fused=True),
     ],
-    ids=["sgd_momentum", "adam", "adamw_loop"],
+    ids=[
+        "sgd_momentum",
+        "adam",
+        "adamw_loop",
+        "sgd_fused",
+        "adam_fused",
+        "adamw_fused",
+        "adagrad_fused",
+    ],
 )
 def test_mlp_training_matches_cpu_step_by_step(make_opt) -> None:
     cpu_model = make_model()
@@ -70,6 +83,35 @@ def test_mlp_training_matches_cpu_step_by_step(make_opt) -> None:
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 assert value.device.type == "flagos"
+
+
+@pytest.mark.parametrize("overflow_at", [None, 1])
+def test_grad_scaler_with_a_fused_optimizer_matches_cpu(overflow_at: int | None) -> None:
+    # The scaler hands its scale and found-inf flag to the fused kernel, which unscales and skips
+    # inside; an overflowing step must leave the parameters untouched and halve the scale.
+    cpu_model = make_model()
+    dev_model = copy.deepcopy(cpu_model).to("flagos")
+    runs = []
+    for model, device in ((cpu_model, "cpu"), (dev_model, "flagos")):
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
+        scaler = torch.amp.GradScaler(device, init_scale=256.0, growth_interval=1)
+        scales = []
+        for step, (x, y) in enumerate(batches(3)):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            scaler.scale(loss).backward()
+            if step == overflow_at:
+                next(model.parameters()).grad[0, 0] = float("inf")
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        runs.append((scales, [p.detach().cpu() for p in model.parameters()]))
+    (cpu_scales, cpu_params), (dev_scales, dev_params) = runs
+    assert dev_scales == cpu_scales
+    if overflow_at is not None:
+        assert cpu_scales[overflow_at] < cpu_scales[overflow_at - 1]
+    for p_dev, p_cpu in zip(dev_params, cpu_params, strict=True):
+        torch.testing.assert_close(p_dev, p_cpu)
 
 
 def test_loss_decreases_on_flagos() -> None:

@@ -279,7 +279,9 @@ def test_out_of_memory_raises_torchs_error() -> None:
     assert torch.flagos.OutOfMemoryError is torch.OutOfMemoryError
     before = torch.flagos.memory_stats(0)["num_ooms"]
     with pytest.raises(torch.flagos.OutOfMemoryError, match="out of memory"):
-        torch.empty(1 << 62, dtype=torch.uint8, device="flagos:0")
+        # 1 PiB: more than any device has, less than the 1 EiB CUDA's pool refuses before it
+        # counts an OOM.
+        torch.empty(1 << 50, dtype=torch.uint8, device="flagos:0")
     assert torch.flagos.memory_stats(0)["num_ooms"] == before + 1
     torch.flagos.reset_max_memory_allocated(0)  # the older name of reset_peak_memory_stats
     assert torch.flagos.max_memory_allocated(0) == torch.flagos.memory_allocated(0)
@@ -301,3 +303,49 @@ def test_default_generators_peer_access_and_capture_state() -> None:
     with pytest.raises(IndexError, match="Invalid device flagos:"):
         torch.flagos.can_device_access_peer(0, torch.flagos.device_count())
     assert torch.flagos.is_current_stream_capturing() is False
+
+
+def test_accelerator_device_capability_lists_the_dtypes() -> None:
+    if not hasattr(torch.accelerator, "get_device_capability"):
+        pytest.skip("torch.accelerator has no get_device_capability")
+    supported = torch.accelerator.get_device_capability("flagos:0")["supported_dtypes"]
+    for dtype in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.bool,
+    ):
+        assert dtype in supported
+        torch.ones(2, dtype=dtype, device="flagos:0")  # and a tensor of it can be made
+    with pytest.raises(IndexError, match="flagos"):
+        torch.accelerator.get_device_capability(torch.flagos.device_count())
+
+
+def test_per_process_memory_fraction_limits_reservations() -> None:
+    assert torch.flagos.get_per_process_memory_fraction(0) == 1.0
+    total = torch.flagos.mem_get_info(0)[1]
+    mib = 1 << 20
+    torch.flagos.empty_cache()
+    # Room for 16 MiB more than is reserved now.
+    fraction = (torch.flagos.memory_reserved(0) + 16 * mib) / total
+    ooms = torch.flagos.memory_stats(0)["num_ooms"]
+    try:
+        torch.flagos.set_per_process_memory_fraction(fraction, "flagos:0")
+        assert torch.flagos.get_per_process_memory_fraction(0) == pytest.approx(fraction)
+        small = torch.ones(mib, dtype=torch.uint8, device="flagos:0")
+        with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+            torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
+        assert torch.flagos.memory_stats(0)["num_ooms"] == ooms + 1
+        assert int(small.sum()) == mib  # what was allocated before is intact
+    finally:
+        torch.flagos.set_per_process_memory_fraction(1.0, 0)
+    big = torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
+    assert big.numel() == 64 * mib
+    with pytest.raises(ValueError, match="0~1"):
+        torch.flagos.set_per_process_memory_fraction(1.5)
+    with pytest.raises(TypeError, match="float"):
+        torch.flagos.set_per_process_memory_fraction(1)
+    with pytest.raises(IndexError, match="flagos"):
+        torch.flagos.set_per_process_memory_fraction(0.5, torch.flagos.device_count())

@@ -103,11 +103,14 @@ def test_host_memory_stats_follow_pinned_tensors() -> None:
     before = torch.flagos.host_memory_stats()
     pinned = torch.empty(4096, dtype=torch.uint8).pin_memory()
     during = torch.flagos.host_memory_stats()
-    assert during["allocations.current"] - before["allocations.current"] >= 1
-    assert during["allocated_bytes.current"] - before["allocated_bytes.current"] >= 4096
+    # A caching pool (CUDA's) may serve the request from a cached block, so only the active
+    # counts must grow; the pool's blocks include it either way.
+    assert during["active_requests.current"] - before["active_requests.current"] >= 1
+    assert during["active_bytes.current"] - before["active_bytes.current"] >= 4096
+    assert during["allocated_bytes.current"] >= during["active_bytes.current"]
     assert during["allocated_bytes.peak"] >= during["allocated_bytes.current"]
     del pinned
-    torch.accelerator.empty_host_cache()  # returns what a caching pool kept
+    torch.flagos.empty_host_cache()  # returns what a caching pool kept
     after = torch.flagos.host_memory_stats()
     assert after["allocated_bytes.current"] <= during["allocated_bytes.current"] - 4096
     assert after["num_host_free"] > during["num_host_free"]
@@ -115,6 +118,10 @@ def test_host_memory_stats_follow_pinned_tensors() -> None:
     assert torch.flagos.host_memory_stats()["num_host_alloc"] == 0
 
 
+@pytest.mark.skipif(
+    not hasattr(torch.accelerator, "empty_host_cache"),
+    reason="torch.accelerator has no empty_host_cache",
+)
 def test_empty_host_cache_after_device_use() -> None:
     # torch.accelerator.empty_host_cache() reads PrivateUse1's entry in ATen's host-allocator
     # registry once the device is in use; an unregistered entry crashed the process.

@@ -18,6 +18,8 @@ from torch_fl.flagos._device import (
 )
 from torch_fl.flagos._memory import (
     empty_cache,
+    empty_host_cache,
+    get_per_process_memory_fraction,
     host_memory_stats,
     max_memory_allocated,
     max_memory_reserved,
@@ -31,6 +33,7 @@ from torch_fl.flagos._memory import (
     reset_max_memory_allocated,
     reset_peak_host_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 from torch_fl.flagos._properties import (
     DeviceProperties,
@@ -83,7 +86,9 @@ __all__ = [
     "device_count",
     "device_of",
     "empty_cache",
+    "empty_host_cache",
     "get_amp_supported_dtype",
+    "get_per_process_memory_fraction",
     "get_device_capability",
     "get_device_name",
     "get_device_properties",
@@ -113,6 +118,7 @@ __all__ = [
     "seed",
     "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
     "set_rng_state_all",
     "set_stream",

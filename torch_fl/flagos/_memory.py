@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from torch_fl import _C
 from torch_fl.flagos._device import DeviceLike, device_index
 
@@ -61,12 +63,47 @@ def host_memory_stats() -> dict[str, int]:
     return dict(sorted(flat.items()))
 
 
+def empty_host_cache() -> None:
+    """Returns cached, unused pinned host memory to the system: torch.accelerator.empty_host_cache
+    for flagos, also on torch versions whose torch.accelerator lacks it (2.11 and older)."""
+    _C._empty_host_cache()
+
+
 def reset_peak_host_memory_stats() -> None:
     _C._reset_peak_host_memory_stats()
 
 
 def reset_accumulated_host_memory_stats() -> None:
     _C._reset_accumulated_host_memory_stats()
+
+
+def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) -> None:
+    """Limits the memory this process may reserve on the device to `fraction` of its total, as
+    torch.cuda.set_per_process_memory_fraction: past it, allocations raise OutOfMemoryError."""
+    index = _C._resolve_device_index(device_index(device))
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    if _C._accelerator_name() == "cpu":
+        _C._set_memory_fraction(fraction, index)
+    else:
+        # flagos:N is the native device N and draws from its pool, whose limit this is.
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+
+
+def get_per_process_memory_fraction(device: DeviceLike = None) -> float:
+    """The fraction set by set_per_process_memory_fraction (1.0 unless set)."""
+    index = _C._resolve_device_index(device_index(device))
+    if _C._accelerator_name() == "cpu":
+        return _C._memory_fraction(index)
+    native = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if native is None:
+        raise RuntimeError(
+            f"torch {torch.__version__} cannot read the CUDA pool's memory fraction "
+            "(torch.cuda.get_per_process_memory_fraction is missing)"
+        )
+    return native(index)
 
 
 def empty_cache() -> None:

@@ -65,6 +65,12 @@ class CpuAccelerator final : public Accelerator {
   c10::DeviceAllocator* device_allocator() override {
     return &device_allocator_;
   }
+  void set_memory_fraction(double fraction, c10::DeviceIndex index) override {
+    device_allocator_.set_memory_fraction(fraction, index);
+  }
+  double memory_fraction(c10::DeviceIndex index) const override {
+    return device_allocator_.memory_fraction(index);
+  }
   c10::Allocator* native_allocator() const override {
     return c10::GetCPUAllocator();
   }

@@ -83,6 +83,7 @@ struct CpuDeviceAllocator::Block {
 
 struct CpuDeviceAllocator::DeviceState {
   mutable std::mutex mutex;
+  double memory_fraction = 1.0; // of getMemoryInfo's total, as torch.cuda's per-process limit
   std::multimap<size_t, Block*> free_blocks;    // cached, by size
   std::unordered_map<const void*, Block*> live; // handed out
   c10::CachingDeviceAllocator::DeviceStats stats;
@@ -127,31 +128,7 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
     }
   }
   if (block == nullptr) {
-    void* ptr = nullptr;
-    try {
-      ptr = c10::alloc_cpu(size);
-    } catch (const c10::Error&) {
-      emptyCache({0, 0});
-      try {
-        ptr = c10::alloc_cpu(size);
-      } catch (const c10::Error&) {
-        std::lock_guard<std::mutex> lock(st.mutex);
-        st.stats.num_ooms += 1;
-        TORCH_CHECK_WITH(
-            OutOfMemoryError,
-            false,
-            "flagos:",
-            static_cast<int>(device),
-            " out of memory: tried to allocate ",
-            nbytes,
-            " bytes with ",
-            st.stats.allocated_bytes[0].current,
-            " bytes allocated and ",
-            st.stats.reserved_bytes[0].current,
-            " reserved (cpu accelerator: host memory). Free tensors or call "
-            "torch.flagos.empty_cache().");
-      }
-    }
+    void* ptr = new_segment(st, device, size, nbytes);
     block = new Block{ptr, size, nbytes, device, this};
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_alloc += 1;
@@ -175,6 +152,68 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
     });
   }
   return c10::DataPtr(block->ptr, block, &CpuDeviceAllocator::free_block, where);
+}
+
+bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, size_t size) {
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (st.memory_fraction >= 1.0) {
+    return true;
+  }
+  const auto limit = static_cast<double>(getMemoryInfo(device).second) * st.memory_fraction;
+  const auto reserved = static_cast<size_t>(st.stats.reserved_bytes[0].current);
+  return static_cast<double>(reserved + size) <= limit;
+}
+
+void* CpuDeviceAllocator::new_segment(
+    DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes) {
+  // As CUDA's pool: on failure (or past the per-process limit) free the cache and retry once.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      emptyCache({0, 0});
+    }
+    if (!within_limit(st, device, size)) {
+      continue;
+    }
+    try {
+      return c10::alloc_cpu(size);
+    } catch (const c10::Error&) {
+    }
+  }
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.stats.num_ooms += 1;
+  const bool limited = st.memory_fraction < 1.0;
+  TORCH_CHECK_WITH(
+      OutOfMemoryError,
+      false,
+      "flagos:",
+      static_cast<int>(device),
+      " out of memory: tried to allocate ",
+      nbytes,
+      " bytes with ",
+      st.stats.allocated_bytes[0].current,
+      " bytes allocated and ",
+      st.stats.reserved_bytes[0].current,
+      " reserved (cpu accelerator: host memory",
+      limited ? "; the process may use " : "",
+      limited ? std::to_string(st.memory_fraction) : "",
+      limited ? " of it, set by torch.flagos.set_per_process_memory_fraction" : "",
+      "). Free tensors or call torch.flagos.empty_cache().");
+}
+
+void CpuDeviceAllocator::set_memory_fraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK_VALUE(
+      fraction >= 0.0 && fraction <= 1.0,
+      "set_per_process_memory_fraction: the fraction must be within [0, 1], got ",
+      fraction);
+  auto& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.memory_fraction = fraction;
+}
+
+double CpuDeviceAllocator::memory_fraction(c10::DeviceIndex device) const {
+  auto& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return st.memory_fraction;
 }
 
 void CpuDeviceAllocator::release(Block* block) {

@@ -36,11 +36,18 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   // The device whose live block contains ptr, or -1.
   c10::DeviceIndex device_of(const void* ptr) const;
 
+  // The share of the device's memory this process may reserve (torch.cuda's per-process limit).
+  void set_memory_fraction(double fraction, c10::DeviceIndex device);
+  double memory_fraction(c10::DeviceIndex device) const;
+
  private:
   struct Block;
   struct DeviceState;
 
   DeviceState& state(c10::DeviceIndex device) const;
+  bool within_limit(DeviceState& st, c10::DeviceIndex device, size_t size);
+  // Fresh memory for a block of `size` bytes, or torch.OutOfMemoryError.
+  void* new_segment(DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes);
   static void free_block(void* ctx);
   static void free_adopted(void* ctx);
   static void raw_free(void* ptr);
