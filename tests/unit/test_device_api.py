@@ -349,3 +349,46 @@ def test_per_process_memory_fraction_limits_reservations() -> None:
         torch.flagos.set_per_process_memory_fraction(1)
     with pytest.raises(IndexError, match="flagos"):
         torch.flagos.set_per_process_memory_fraction(0.5, torch.flagos.device_count())
+
+
+def test_older_memory_names_and_nested_statistics() -> None:
+    held = torch.empty(1 << 20, dtype=torch.uint8, device="flagos:0")
+    nested = torch.flagos.memory_stats_as_nested_dict(0)
+    flat = torch.flagos.memory_stats(0)
+    assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"]
+    assert torch.flagos.memory_cached(0) == torch.flagos.memory_reserved(0)
+    assert torch.flagos.max_memory_cached(0) == torch.flagos.max_memory_reserved(0)
+    del held
+    torch.flagos.reset_max_memory_cached(0)
+    assert torch.flagos.max_memory_allocated(0) == torch.flagos.memory_allocated(0)
+    host = torch.flagos.host_memory_stats_as_nested_dict()
+    assert (
+        host["allocated_bytes"]["current"]
+        == torch.flagos.host_memory_stats()["allocated_bytes.current"]
+    )
+
+
+def test_device_named_amp_classes() -> None:
+    # Code written for torch.cuda.amp reaches them as getattr(torch, device_type).amp.
+    device_type = "flagos"
+    amp = getattr(torch, device_type).amp
+    a = torch.randn(4, 4, device="flagos")
+    with amp.autocast(dtype=torch.bfloat16):
+        assert (a @ a).dtype == torch.bfloat16
+    with amp.autocast(enabled=False):
+        assert (a @ a).dtype == torch.float32
+
+    @amp.autocast(dtype=torch.bfloat16)
+    def matmul(x: torch.Tensor) -> torch.Tensor:
+        return x @ x
+
+    assert matmul(a).dtype == torch.bfloat16
+    scaler = amp.GradScaler(init_scale=4.0)
+    w = torch.ones(3, device="flagos", requires_grad=True)
+    opt = torch.optim.SGD([w], lr=1.0)
+    scaler.scale((w * 2).sum()).backward()
+    assert torch.equal(w.grad.cpu(), torch.full((3,), 8.0))  # scaled by 4
+    scaler.step(opt)  # unscaled: w - 2
+    scaler.update()
+    assert torch.equal(w.detach().cpu(), torch.full((3,), -1.0))
+    assert scaler.get_scale() == 4.0  # growth_interval 2000: unchanged

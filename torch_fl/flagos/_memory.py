@@ -25,6 +25,11 @@ def memory_stats(device: DeviceLike = None) -> dict[str, int]:
     return dict(sorted(flat.items()))
 
 
+def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
+    """memory_stats before flattening: {"allocated_bytes": {"all": {"current": ...}}, ...}."""
+    return _C._memory_stats(device_index(device))
+
+
 def memory_allocated(device: DeviceLike = None) -> int:
     return _C._memory_stats(device_index(device))["allocated_bytes"]["all"]["current"]
 
@@ -41,11 +46,26 @@ def max_memory_reserved(device: DeviceLike = None) -> int:
     return _C._memory_stats(device_index(device))["reserved_bytes"]["all"]["peak"]
 
 
+def memory_cached(device: DeviceLike = None) -> int:
+    """torch.cuda's older name of memory_reserved."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: DeviceLike = None) -> int:
+    """torch.cuda's older name of max_memory_reserved."""
+    return max_memory_reserved(device)
+
+
 def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     _C._reset_peak_memory_stats(device_index(device))
 
 
 def reset_max_memory_allocated(device: DeviceLike = None) -> None:
+    """The older name torch.cuda keeps: resets every peak, as reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: DeviceLike = None) -> None:
     """The older name torch.cuda keeps: resets every peak, as reset_peak_memory_stats."""
     reset_peak_memory_stats(device)
 
@@ -61,6 +81,11 @@ def host_memory_stats() -> dict[str, int]:
     flat: dict[str, int] = {}
     _flatten("", _C._host_memory_stats(), flat)
     return dict(sorted(flat.items()))
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """host_memory_stats before flattening."""
+    return _C._host_memory_stats()
 
 
 def empty_host_cache() -> None:
