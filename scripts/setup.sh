@@ -102,7 +102,7 @@ else
   pip_install "$TORCH_SPEC"
 fi
 
-required=("setuptools>=64" wheel "cmake>=3.18" ninja pybind11 numpy pytest tqdm)
+required=("setuptools>=64" wheel "cmake>=3.18" ninja pybind11 numpy pytest tqdm expecttest)
 if "$PYTHON" - "${required[@]}" << 'EOF'; then
 import re
 import sys

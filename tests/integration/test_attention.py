@@ -152,3 +152,20 @@ def test_head_dim_needing_padding_still_matches() -> None:
     torch.testing.assert_close(out.cpu(), ref_out, rtol=1e-4, atol=1e-4)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-4)
+
+
+def test_a_mask_that_needs_a_gradient_gets_one() -> None:
+    # The fused-kernel choice sees requires_grad as the native device would: CPU's flash kernel
+    # cannot differentiate the mask, so a mask that needs a gradient must steer SDPA elsewhere.
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 8, 16, generator=g) for _ in range(3))
+    mask = torch.randn(2, 2, 8, 8, generator=g)
+    grads = {}
+    for device in ("cpu", "flagos"):
+        leaves = [t.detach().to(device).requires_grad_() for t in (q, k, v, mask)]
+        out = F.scaled_dot_product_attention(*leaves[:3], attn_mask=leaves[3])
+        out.square().sum().backward()
+        grads[device] = [t.grad for t in leaves]
+    for want, have in zip(grads["cpu"], grads["flagos"], strict=True):
+        assert have.device.type == "flagos"
+        torch.testing.assert_close(have.cpu(), want, atol=2e-4, rtol=2e-4)

@@ -79,8 +79,17 @@ int64_t fused_sdp_choice(
                 (mask && has_symbolic_shape(*attn_mask)))) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
+  // requires_grad travels along: the native choice avoids kernels that cannot differentiate
+  // what needs a gradient (CPU's flash kernel and an attention mask, for one).
   const auto as_native = [real](const at::Tensor& t) {
-    return real ? native_alias(t) : metadata_twin(t);
+    if (!real) {
+      return metadata_twin(t);
+    }
+    auto alias = native_alias(t);
+    if (t.requires_grad()) {
+      alias.set_requires_grad(true);
+    }
+    return alias;
   };
   c10::DeviceGuard guard(query.device());
   // Straight to the native kernel, as SDPA reaches its stub for native tensors: a full

@@ -1,0 +1,186 @@
+"""Every operator of PyTorch's OpInfo database, on flagos against the native device.
+
+For each OpInfo, its sample inputs are made twice from one seed, for the native device (`cpu`
+on the cpu accelerator, `cuda` on the cuda accelerator) and for flagos, and the flagos sample
+gets the native sample's values. The operator's flagos results (forward in several dtypes; the
+gradients of all floating results, in float64) must match the native ones, stay on flagos,
+and leave the inputs as the native call leaves them (in-place variants).
+
+Left out, with the reason: random operators (their values depend on the device's generator;
+tests/unit/test_rng.py covers them) and sparse layouts (flagos tensors are strided only).
+A sample whose non-tensor arguments differ between the two draws (a scalar drawn after the
+device's tensors) is not comparable and is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import torch_fl
+
+pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest")
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+NATIVE = "cpu" if torch_fl.build_config.ACCELERATOR == "cpu" else "cuda"
+RANDOM_NAMES = (
+    "rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "cauchy",
+    "exponential", "geometric", "log_normal", "rrelu", "poisson",
+)  # fmt: skip
+FORWARD_DTYPES = (torch.float32, torch.bfloat16, torch.complex64, torch.int64, torch.bool)
+# Operators whose Python code picks its algorithm by device type, giving flagos a different
+# (legitimate) one than the native device in these dtypes.
+DEVICE_TYPE_ALGORITHMS = {
+    # LinearCrossEntropyOptions._adjust: accumulation dtype per (device type, dtype); devices it
+    # does not list accumulate bfloat16 in bfloat16 (cpu: float32).
+    "nn.functional.linear_cross_entropy.chunked": (torch.bfloat16,),
+    "nn.functional.linear_cross_entropy.chunked_none": (torch.bfloat16,),
+}
+
+
+def compared(op: Any) -> bool:
+    return not any(r in op.name for r in RANDOM_NAMES) and "sparse" not in op.name
+
+
+OPS = [op for op in op_db if compared(op)]
+
+
+def op_id(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def leaves(sample: Any) -> list[Any]:
+    return tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+
+
+def paired_samples(op: Any, dtype: torch.dtype, requires_grad: bool) -> list[tuple[Any, Any]]:
+    """(native, flagos) sample pairs with equal values; pairs that cannot be made equal drop."""
+    torch.manual_seed(0)
+    native = list(op.sample_inputs(NATIVE, dtype, requires_grad=requires_grad))
+    torch.manual_seed(0)
+    flagos = list(op.sample_inputs("flagos", dtype, requires_grad=requires_grad))
+    pairs = []
+    for ns, fs in zip(native, flagos, strict=False):
+        nl, fl = leaves(ns), leaves(fs)
+        if len(nl) != len(fl):
+            continue
+        comparable = True
+        for a, b in zip(nl, fl, strict=True):
+            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                comparable = False
+            elif isinstance(a, torch.Tensor):
+                comparable = a.shape == b.shape and a.dtype == b.dtype
+            elif not isinstance(a, torch.device | str):  # devices differ by design
+                comparable = a == b or (a != a and b != b)  # NaN equals NaN here
+            if not comparable:
+                break
+        if not comparable:
+            continue
+        with torch.no_grad():
+            for a, b in zip(nl, fl, strict=True):
+                if isinstance(a, torch.Tensor):
+                    b.copy_(a)
+        pairs.append((ns, fs))
+    return pairs
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    return [x for x in tree_flatten(value)[0] if isinstance(x, torch.Tensor)]
+
+
+def to_host(value: Any) -> Any:
+    flat, spec = tree_flatten(value)
+    return spec.unflatten([x.cpu() if isinstance(x, torch.Tensor) else x for x in flat])
+
+
+def assert_on_flagos(value: Any, what: str) -> None:
+    for x in tree_flatten(value)[0]:
+        if isinstance(x, torch.Tensor):
+            assert x.device.type in ("flagos", "cpu"), f"{what} on {x.device}"
+
+
+def tolerances(dtype: torch.dtype) -> dict[str, float]:
+    if dtype in (torch.bfloat16, torch.float16):
+        return {}  # assert_close's defaults for the dtype
+    return {"atol": 1e-5, "rtol": 1e-4}
+
+
+@pytest.mark.parametrize("op", OPS, ids=op_id)
+def test_forward_matches_native(op: Any) -> None:
+    compared_samples = 0
+    for dtype in FORWARD_DTYPES:
+        if dtype not in op.supported_dtypes(NATIVE) or dtype in DEVICE_TYPE_ALGORITHMS.get(
+            op_id(op), ()
+        ):
+            continue
+        for index, (ns, fs) in enumerate(paired_samples(op, dtype, requires_grad=False)):
+            try:
+                expected = op(ns.input, *ns.args, **ns.kwargs)
+            except Exception:  # the native device refuses it too: nothing to compare
+                continue
+            got = op(fs.input, *fs.args, **fs.kwargs)
+            what = f"{op_id(op)} {dtype} sample {index}"
+            assert_on_flagos(got, f"{what}: a result")
+            torch.testing.assert_close(
+                to_host(got), to_host(expected), equal_nan=True,
+                msg=lambda m, what=what: f"{what}: {m}",
+                **tolerances(dtype),
+            )  # fmt: skip
+            # In-place variants: the inputs end as the native call left them.
+            torch.testing.assert_close(
+                to_host(tensors(leaves(fs))), to_host(tensors(leaves(ns))), equal_nan=True,
+                msg=lambda m, what=what: f"{what}, inputs after the call: {m}", **tolerances(dtype),
+            )  # fmt: skip
+            compared_samples += 1
+    if compared_samples == 0:
+        pytest.skip("no sample that the native device runs in the swept dtypes")
+
+
+def floating_outputs(value: Any) -> list[torch.Tensor]:
+    return [
+        x
+        for x in tree_flatten(value)[0]
+        if isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point()
+    ]
+
+
+def input_grads(op: Any, sample: Any) -> list[torch.Tensor | None] | None:
+    outputs = floating_outputs(op(sample.input, *sample.args, **sample.kwargs))
+    inputs = [t for t in leaves(sample) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outputs or not inputs:
+        return None
+    total = sum(o.sum() for o in outputs)
+    return list(torch.autograd.grad(total, inputs, allow_unused=True))
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.supports_autograd], ids=op_id)
+def test_gradients_match_native(op: Any) -> None:
+    if torch.float64 not in op.supported_backward_dtypes(NATIVE):
+        pytest.skip("no float64 backward on the native device")
+    compared_samples = 0
+    for index, (ns, fs) in enumerate(paired_samples(op, torch.float64, requires_grad=True)):
+        try:
+            expected = input_grads(op, ns)
+        except Exception:
+            continue
+        if expected is None:
+            continue
+        got = input_grads(op, fs)
+        assert got is not None
+        for arg, (want, have) in enumerate(zip(expected, got, strict=True)):
+            what = f"{op_id(op)} sample {index}, gradient of tensor input {arg}"
+            if want is None:
+                assert have is None or not have.any(), f"{what}: flagos has one, native none"
+                continue
+            assert have is not None, f"{what}: missing on flagos"
+            assert have.device.type == "flagos", f"{what}: on {have.device}"
+            torch.testing.assert_close(
+                have.cpu(), want.cpu(), equal_nan=True, atol=1e-7, rtol=1e-7,
+                msg=lambda m, what=what: f"{what}: {m}",
+            )  # fmt: skip
+        compared_samples += 1
+    if compared_samples == 0:
+        pytest.skip("no differentiable sample")
