@@ -14,6 +14,7 @@ device's tensors) is not comparable and is skipped.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -42,10 +43,26 @@ DEVICE_TYPE_ALGORITHMS = {
 
 
 def compared(op: Any) -> bool:
-    return not any(r in op.name for r in RANDOM_NAMES) and "sparse" not in op.name
+    # jiterator_*: torch.cuda.jiterator kernels, a torch.cuda API for CUDA tensors only (they are
+    # not ATen operators, so nothing reaches flagos' routes).
+    return (
+        not any(r in op.name for r in RANDOM_NAMES)
+        and "sparse" not in op.name
+        and not op.name.startswith("jiterator_")
+    )
 
 
-OPS = [op for op in op_db if compared(op)]
+# Results that are uninitialised memory on every device: without dropout the efficient
+# attention kernel returns empty philox seed and offset tensors.
+UNINITIALIZED_RESULTS = {"torch.ops.aten._efficient_attention_forward": (2, 3)}
+
+
+# FLAGOS_OPINFO_SHARD="i/n" runs every n-th operator from the i-th (parallel runs on the GPU);
+# FLAGOS_OPINFO_DTYPES="float32,int64" narrows the forward dtypes.
+_SHARD, _SHARDS = (int(x) for x in os.environ.get("FLAGOS_OPINFO_SHARD", "0/1").split("/"))
+OPS = [op for op in op_db if compared(op)][_SHARD::_SHARDS]
+if os.environ.get("FLAGOS_OPINFO_DTYPES"):
+    FORWARD_DTYPES = tuple(getattr(torch, d) for d in os.environ["FLAGOS_OPINFO_DTYPES"].split(","))
 
 
 def op_id(op: Any) -> str:
@@ -123,7 +140,11 @@ def test_forward_matches_native(op: Any) -> None:
                 continue
             got = op(fs.input, *fs.args, **fs.kwargs)
             what = f"{op_id(op)} {dtype} sample {index}"
-            assert_on_flagos(got, f"{what}: a result")
+            if "device" not in fs.kwargs:  # (a sample may ask for another device explicitly)
+                assert_on_flagos(got, f"{what}: a result")
+            for item in UNINITIALIZED_RESULTS.get(op_id(op), ()):
+                got, expected = list(got), list(expected)
+                got[item] = expected[item] = None
             torch.testing.assert_close(
                 to_host(got), to_host(expected), equal_nan=True,
                 msg=lambda m, what=what: f"{what}: {m}",
@@ -161,10 +182,13 @@ def test_gradients_match_native(op: Any) -> None:
     if torch.float64 not in op.supported_backward_dtypes(NATIVE):
         pytest.skip("no float64 backward on the native device")
     compared_samples = 0
-    for index, (ns, fs) in enumerate(paired_samples(op, torch.float64, requires_grad=True)):
+    pairs = paired_samples(op, torch.float64, requires_grad=True)
+    refused: list[str] = []
+    for index, (ns, fs) in enumerate(pairs):
         try:
             expected = input_grads(op, ns)
-        except Exception:
+        except Exception as error:  # the native device refuses it too: nothing to compare
+            refused.append(f"{type(error).__name__}: {str(error)[:120]}")
             continue
         if expected is None:
             continue
@@ -183,4 +207,5 @@ def test_gradients_match_native(op: Any) -> None:
             )  # fmt: skip
         compared_samples += 1
     if compared_samples == 0:
-        pytest.skip("no differentiable sample")
+        first = f"; first refusal: {refused[0]}" if refused else ""
+        pytest.skip(f"no differentiable sample ({len(pairs)} pairs, {len(refused)} refused{first})")

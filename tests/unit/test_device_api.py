@@ -338,7 +338,9 @@ def test_per_process_memory_fraction_limits_reservations() -> None:
         with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
             torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
         assert torch.flagos.memory_stats(0)["num_ooms"] == ooms + 1
-        assert int(small.sum()) == mib  # what was allocated before is intact
+        # What was allocated before is intact (checked on the host: a device reduction would
+        # need scratch memory past the limit).
+        assert torch.equal(small.cpu(), torch.ones(mib, dtype=torch.uint8))
     finally:
         torch.flagos.set_per_process_memory_fraction(1.0, 0)
     big = torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
