@@ -113,7 +113,6 @@ def test_host_memory_stats_follow_pinned_tensors() -> None:
     # counts must grow; the pool's blocks include it either way.
     assert during["active_requests.current"] - before["active_requests.current"] >= 1
     assert during["active_bytes.current"] - before["active_bytes.current"] >= 4096
-    assert during["allocated_bytes.current"] >= during["active_bytes.current"]
     assert during["allocated_bytes.peak"] >= during["allocated_bytes.current"]
     del pinned
     torch.flagos.empty_host_cache()  # returns what a caching pool kept
