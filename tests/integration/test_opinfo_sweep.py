@@ -32,6 +32,19 @@ NATIVE = "cpu" if torch_fl.build_config.ACCELERATOR == "cpu" else "cuda"
 GRAD_REFERENCE = "cpu"
 # float64 on both sides; a device's kernels sum in another order than CPU's.
 GRAD_TOLERANCE = 1e-7 if NATIVE == "cpu" else 1e-6
+# Gradients a device computes legitimately otherwise than CPU (H200, 2026-12-03): operators that
+# draw random numbers inside (from the device's generator, not CPU's), eigenvectors whose sign
+# the backend chooses, and a least-squares driver CUDA does not have.
+GRAD_DIFFERS_ON_DEVICES = {
+    "linalg.eigh": "eigenvector signs are the backend's choice",
+    "linalg.lstsq": "CUDA has only the gels driver",
+    "nn.functional.fractional_max_pool2d": "draws its pooling regions",
+    "nn.functional.fractional_max_pool3d": "draws its pooling regions",
+    "nn.functional.multi_head_attention_forward": "samples with dropout",
+    "nn.functional.scaled_dot_product_attention": "samples with dropout",
+    "pca_lowrank": "randomized algorithm",
+    "svd_lowrank": "randomized algorithm",
+}
 RANDOM_NAMES = (
     "rand", "normal", "bernoulli", "dropout", "multinomial", "empty", "uniform", "cauchy",
     "exponential", "geometric", "log_normal", "rrelu", "poisson",
@@ -141,13 +154,12 @@ def test_forward_matches_native(op: Any) -> None:
         ):
             continue
         for index, (ns, fs) in enumerate(paired_samples(op, dtype, requires_grad=False)):
-            # One seed for both calls: a kernel that draws (attention dropout) draws the same.
-            torch.manual_seed(index)
+            if fs.kwargs.get("dropout_p", 0.0) > 0.0:
+                continue  # draws its dropout mask: a random operator for this sample
             try:
                 expected = op(ns.input, *ns.args, **ns.kwargs)
             except Exception:  # the native device refuses it too: nothing to compare
                 continue
-            torch.manual_seed(index)
             got = op(fs.input, *fs.args, **fs.kwargs)
             what = f"{op_id(op)} {dtype} sample {index}"
             if "device" not in fs.kwargs:  # (a sample may ask for another device explicitly)
@@ -191,6 +203,8 @@ def input_grads(op: Any, sample: Any) -> list[torch.Tensor | None] | None:
 def test_gradients_match_native(op: Any) -> None:
     if torch.float64 not in op.supported_backward_dtypes(NATIVE):
         pytest.skip("no float64 backward on the native device")
+    if NATIVE != "cpu" and op_id(op) in GRAD_DIFFERS_ON_DEVICES:
+        pytest.skip(f"not comparable with CPU: {GRAD_DIFFERS_ON_DEVICES[op_id(op)]}")
     compared_samples = 0
     pairs = paired_samples(op, torch.float64, requires_grad=True, reference=GRAD_REFERENCE)
     refused: list[str] = []
