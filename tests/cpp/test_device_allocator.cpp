@@ -259,6 +259,38 @@ TEST_F(DeviceAllocatorTest, OutOfMemoryThrowsAndIsCounted) {
   EXPECT_EQ(after.reserved_bytes[pool(StatType::AGGREGATE)].current, 0);
 }
 
+TEST_F(DeviceAllocatorTest, MemoryFractionLimitsNewSegmentsPerDevice) {
+  const auto total = static_cast<double>(allocator().getMemoryInfo(0).second);
+  const auto reserved = [](c10::DeviceIndex d) {
+    return stats(d).reserved_bytes[pool(StatType::AGGREGATE)].current;
+  };
+  EXPECT_EQ(accelerator().memory_fraction(0), 1.0);
+  // Room for 64 KiB more on flagos:0.
+  const double fraction = (static_cast<double>(reserved(0)) + 65536.0) / total;
+  accelerator().set_memory_fraction(fraction, 0);
+  EXPECT_DOUBLE_EQ(accelerator().memory_fraction(0), fraction);
+  const auto ooms = stats(0).num_ooms;
+  {
+    c10::DataPtr fits = allocator().allocate(32768);
+    EXPECT_NE(fits.get(), nullptr);
+    try {
+      allocator().allocate(1 << 20);
+      FAIL() << "expected c10::OutOfMemoryError past the limit";
+    } catch (const c10::OutOfMemoryError& e) {
+      EXPECT_NE(std::string(e.what()).find("set_per_process_memory_fraction"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(stats(0).num_ooms - ooms, 1);
+    // The limit is flagos:0's only.
+    c10::DeviceGuard on_one(flagos(1));
+    EXPECT_NE(allocator().allocate(1 << 20).get(), nullptr);
+  }
+  accelerator().set_memory_fraction(1.0, 0);
+  EXPECT_NE(allocator().allocate(1 << 20).get(), nullptr);
+  EXPECT_THROW(accelerator().set_memory_fraction(1.5, 0), c10::ValueError);
+  EXPECT_THROW(accelerator().set_memory_fraction(0.5, 2), c10::IndexError);
+}
+
 TEST_F(DeviceAllocatorTest, MemoryInfoIsSane) {
   const auto [free, total] = allocator().getMemoryInfo(0);
   EXPECT_GT(total, 0u);
