@@ -26,7 +26,7 @@ import torch_fl
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest")
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
-from torch.utils._pytree import tree_flatten  # noqa: E402
+from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 
 NATIVE = "cpu" if torch_fl.build_config.ACCELERATOR == "cpu" else "cuda"
 # Gradients are compared with CPU's: in a process with a PrivateUse1 backend, torch's autograd
@@ -154,7 +154,7 @@ def assert_on_flagos(value: Any, what: str) -> None:
             assert x.device.type in ("flagos", "cpu"), f"{what} on {x.device}"
 
 
-def tolerances(dtype: torch.dtype) -> dict[str, float]:
+def tolerances(dtype: torch.dtype | None) -> dict[str, float]:
     if dtype in (torch.bfloat16, torch.float16):
         return {}  # assert_close's defaults for the dtype
     return {"atol": 1e-5, "rtol": 1e-4}
@@ -252,3 +252,104 @@ def test_gradients_match_native(op: Any) -> None:
     if compared_samples == 0:
         first = f"; first refusal: {refused[0]}" if refused else ""
         pytest.skip(f"no differentiable sample ({len(pairs)} pairs, {len(refused)} refused{first})")
+
+
+def cloned(sample: Any) -> tuple[Any, Any, Any]:
+    """The sample's input, args and kwargs with every tensor copied: each call starts from
+    the sample's values, whatever an earlier call (or a sample sharing a tensor) wrote."""
+    return tree_map(
+        lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
+        (sample.input, sample.args, sample.kwargs),
+    )
+
+
+def packed(outs: list[torch.Tensor], single: bool) -> Any:
+    return outs[0] if single else tuple(outs)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.supports_out], ids=op_id)
+def test_out_variant_matches_native(op: Any) -> None:
+    # out= tensors of the result's shape, and empty ones the operator must resize; the call
+    # returns the caller's own tensors.
+    compared_samples = 0
+    if torch.float32 not in op.supported_dtypes(NATIVE):
+        pytest.skip("no float32 on the native device")
+    for index, (ns, fs) in enumerate(paired_samples(op, torch.float32, requires_grad=False)):
+        if not SEEDED and fs.kwargs.get("dropout_p", 0.0) > 0.0:
+            continue
+        n_input, n_args, n_kwargs = cloned(ns)
+        try:
+            reseed(index)
+            expected = op(n_input, *n_args, **n_kwargs)
+        except Exception:
+            continue
+        results = tensors(expected)
+        if not results or len(results) != len(tree_flatten(expected)[0]):
+            continue  # out= takes tensors only
+        single = isinstance(expected, torch.Tensor)
+        for empty in (False, True):
+            # Zero-filled, not uninitialised: some native out= kernels (fft.ihfftn with a
+            # strided out) leave part of it as it was.
+            native_out = [t.new_empty(0) if empty else torch.zeros_like(t) for t in results]
+            flagos_out = [
+                torch.empty(0, dtype=t.dtype, device="flagos")
+                if empty
+                else torch.zeros_like(t, device="flagos")
+                for t in results
+            ]
+            n_input, n_args, n_kwargs = cloned(ns)
+            try:
+                reseed(index)
+                op(n_input, *n_args, out=packed(native_out, single), **n_kwargs)
+            except Exception:
+                continue
+            try:  # a native out= that disagrees with its own functional form is no reference
+                torch.testing.assert_close(native_out, results, equal_nan=True, **tolerances(None))
+            except AssertionError:
+                continue
+            f_input, f_args, f_kwargs = cloned(fs)
+            reseed(index)
+            returned = op(f_input, *f_args, out=packed(flagos_out, single), **f_kwargs)
+            what = f"{op_id(op)} sample {index}, {'empty' if empty else 'sized'} out="
+            # (the out= overloads of the *_copy list operators return nothing)
+            returned_tensors = tensors(returned) if returned is not None else flagos_out
+            for n, (have, want, ret) in enumerate(
+                zip(flagos_out, native_out, returned_tensors, strict=True)
+            ):
+                assert ret is have, f"{what}: result {n} is not the caller's out tensor"
+                assert have.device.type == "flagos", f"{what}: out {n} on {have.device}"
+                torch.testing.assert_close(
+                    have.cpu(), want.cpu(), equal_nan=True,
+                    msg=lambda m, what=what, n=n: f"{what}, out {n}: {m}", **tolerances(None),
+                )  # fmt: skip
+            compared_samples += 1
+    if compared_samples == 0:
+        pytest.skip("no sample with tensor results that the native device runs")
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.inplace_variant is not None], ids=op_id)
+def test_inplace_variant_matches_native(op: Any) -> None:
+    compared_samples = 0
+    if torch.float32 not in op.supported_dtypes(NATIVE):
+        pytest.skip("no float32 on the native device")
+    for index, (ns, fs) in enumerate(paired_samples(op, torch.float32, requires_grad=False)):
+        n_input, n_args, n_kwargs = cloned(ns)
+        if not isinstance(n_input, torch.Tensor):
+            continue
+        try:
+            reseed(index)
+            op.inplace_variant(n_input, *n_args, **n_kwargs)
+        except Exception:
+            continue
+        f_input, f_args, f_kwargs = cloned(fs)
+        reseed(index)
+        returned = op.inplace_variant(f_input, *f_args, **f_kwargs)
+        what = f"{op_id(op)} sample {index}, in place"
+        assert returned is f_input, f"{what}: the result is not the caller's tensor"
+        torch.testing.assert_close(
+            f_input.cpu(), n_input.cpu(), equal_nan=True,
+            msg=lambda m, what=what: f"{what}: {m}", **tolerances(None),
+        )  # fmt: skip
+        compared_samples += 1
+    if compared_samples == 0:
+        pytest.skip("no sample that the native device runs in place")

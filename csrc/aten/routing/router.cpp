@@ -474,6 +474,13 @@ std::vector<std::string>& fast_kernels() {
   return *names;
 }
 
+// Composite kernels that refuse any device but CPU and CUDA ("mode only supports CPU, CUDA and
+// XPU device type"): routed like kernels of their own, they run on the native device's aliases.
+const std::unordered_set<std::string>& composite_refusing_other_devices() {
+  static const std::unordered_set<std::string> names{"aten::mode.values"};
+  return names;
+}
+
 void register_direct_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -490,12 +497,15 @@ void register_direct_kernels() {
         continue;
       }
       auto op = dispatcher.findSchema(name);
-      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-          !(op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-            op->hasKernelForDispatchKey(native_key))) {
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         continue;
       }
       const auto canonical = canonical_name(name);
+      if (!(op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+            op->hasKernelForDispatchKey(native_key) ||
+            composite_refusing_other_devices().count(canonical) != 0)) {
+        continue;
+      }
       const fast::Kernel* kernel = use_fast ? fast::find(canonical) : nullptr;
       if (kernel != nullptr) {
         lib->impl(canonical.substr(6).c_str(), kernel->make());
