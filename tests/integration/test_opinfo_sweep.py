@@ -126,10 +126,13 @@ def paired_samples(
                 break
         if not comparable:
             continue
-        with torch.no_grad():
-            for a, b in zip(nl, fl, strict=True):
-                if isinstance(a, torch.Tensor):
-                    b.copy_(a)
+        try:
+            with torch.no_grad():
+                for a, b in zip(nl, fl, strict=True):
+                    if isinstance(a, torch.Tensor):
+                        b.copy_(a)
+        except RuntimeError:  # an expanded (self-overlapping) tensor takes no copy
+            continue
         pairs.append((ns, fs))
     return pairs
 
