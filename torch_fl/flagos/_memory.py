@@ -65,9 +65,7 @@ def reset_max_memory_allocated(device: DeviceLike = None) -> None:
     reset_peak_memory_stats(device)
 
 
-def reset_max_memory_cached(device: DeviceLike = None) -> None:
-    """The older name torch.cuda keeps: resets every peak, as reset_peak_memory_stats."""
-    reset_peak_memory_stats(device)
+reset_max_memory_cached = reset_max_memory_allocated  # another of torch.cuda's older names
 
 
 def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
@@ -110,17 +108,17 @@ def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) 
         raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    if _C._accelerator_name() == "cpu":
-        _C._set_memory_fraction(fraction, index)
-    else:
-        # flagos:N is the native device N and draws from its pool, whose limit this is.
+    if _C._native_device_type() == "cuda":
+        # flagos:N is cuda:N and draws from its pool, whose limit this is.
         torch.cuda.set_per_process_memory_fraction(fraction, index)
+    else:
+        _C._set_memory_fraction(fraction, index)
 
 
 def get_per_process_memory_fraction(device: DeviceLike = None) -> float:
     """The fraction set by set_per_process_memory_fraction (1.0 unless set)."""
     index = _C._resolve_device_index(device_index(device))
-    if _C._accelerator_name() == "cpu":
+    if _C._native_device_type() != "cuda":
         return _C._memory_fraction(index)
     native = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     if native is None:
