@@ -34,11 +34,14 @@ NATIVE = "cpu" if torch_fl.build_config.ACCELERATOR == "cpu" else "cuda"
 GRAD_REFERENCE = "cpu"
 # float64 on both sides; a device's kernels sum in another order than CPU's.
 GRAD_TOLERANCE = 1e-7 if NATIVE == "cpu" else 1e-6
+# Looser on devices where a sample mixes in float32 (cov's float32 `aweights`): native cuda
+# differs from CPU there by up to 3e-5 relative, exactly as flagos does (H200, 2026-12-03).
+GRAD_TOLERANCE_ON_DEVICES = {"cov": 1e-4}
 # Gradients a device computes legitimately otherwise than CPU (H200, 2026-12-03): operators that
-# draw random numbers inside (from the device's generator, not CPU's), eigenvectors whose sign
-# the backend chooses, and a least-squares driver CUDA does not have.
+# draw random numbers inside (from the device's generator, not CPU's) and a least-squares driver
+# CUDA does not have. (Eigenvector signs are the backend's choice; output_process_fn_grad below
+# removes them.)
 GRAD_DIFFERS_ON_DEVICES = {
-    "linalg.eigh": "eigenvector signs are the backend's choice",
     "linalg.lstsq": "CUDA has only the gels driver",
     "nn.functional.fractional_max_pool2d": "draws its pooling regions",
     "nn.functional.fractional_max_pool3d": "draws its pooling regions",
@@ -211,7 +214,10 @@ def floating_outputs(value: Any) -> list[torch.Tensor]:
 
 
 def input_grads(op: Any, sample: Any) -> list[torch.Tensor | None] | None:
-    outputs = floating_outputs(op(sample.input, *sample.args, **sample.kwargs))
+    # output_process_fn_grad is the OpInfo's own choice of what to differentiate: for svd and
+    # eigh it removes the sign (phase) of the vectors, which each backend picks freely.
+    result = sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs))
+    outputs = floating_outputs(result)
     inputs = [t for t in leaves(sample) if isinstance(t, torch.Tensor) and t.requires_grad]
     if not outputs or not inputs:
         return None
@@ -223,8 +229,12 @@ def input_grads(op: Any, sample: Any) -> list[torch.Tensor | None] | None:
 def test_gradients_match_native(op: Any) -> None:
     if torch.float64 not in op.supported_backward_dtypes(NATIVE):
         pytest.skip("no float64 backward on the native device")
-    if NATIVE != "cpu" and op_id(op) in GRAD_DIFFERS_ON_DEVICES:
-        pytest.skip(f"not comparable with CPU: {GRAD_DIFFERS_ON_DEVICES[op_id(op)]}")
+    differs = GRAD_DIFFERS_ON_DEVICES.get(op_id(op), GRAD_DIFFERS_ON_DEVICES.get(op.name))
+    if NATIVE != "cpu" and differs:  # an entry names an operator and all its variants
+        pytest.skip(f"not comparable with CPU: {differs}")
+    tolerance = GRAD_TOLERANCE
+    if NATIVE != "cpu":
+        tolerance = GRAD_TOLERANCE_ON_DEVICES.get(op_id(op), tolerance)
     compared_samples = 0
     pairs = paired_samples(op, torch.float64, requires_grad=True, reference=GRAD_REFERENCE)
     refused: list[str] = []
@@ -248,7 +258,7 @@ def test_gradients_match_native(op: Any) -> None:
             assert have is not None, f"{what}: missing on flagos"
             assert have.device.type == "flagos", f"{what}: on {have.device}"
             torch.testing.assert_close(
-                have.cpu(), want.cpu(), equal_nan=True, atol=GRAD_TOLERANCE, rtol=GRAD_TOLERANCE,
+                have.cpu(), want.cpu(), equal_nan=True, atol=tolerance, rtol=tolerance,
                 msg=lambda m, what=what: f"{what}: {m}",
             )  # fmt: skip
         compared_samples += 1
