@@ -1,26 +1,18 @@
 """torch_fl: the `flagos` PyTorch device.
 
-`import torch_fl` (or plain `import torch`, through the `torch.backends` entry point) renames
-PrivateUse1 to `flagos`, loads the C++ core and registers `torch.flagos`. Every operator on a
-flagos tensor then runs through its route: FlagGems, the vendor's own kernels reached
-zero-copy, or the CPU.
+`import torch_fl` (or plain `import torch`, through the `torch.backends` entry point in
+_torch_fl_autoload.py) renames PrivateUse1 to `flagos`, loads the C++ core and registers
+`torch.flagos`. Every operator on a flagos tensor then runs through its route: FlagGems, the
+vendor's own kernels reached zero-copy, or the CPU.
 """
 
 from __future__ import annotations
 
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this module did the work.
-
-    Defined before torch is imported: when `import torch_fl` comes first, torch's import runs
-    the entry points and looks this up on the still partially initialised module."""
-
-
-from torch_fl import vendor as _vendor  # noqa: E402  (imports no torch)
+from torch_fl import vendor as _vendor  # imports no torch
 
 _vendor.prelude()  # dcu: checks and loads DTK's device libraries before torch is imported
 
-from torch_fl._registration import (  # noqa: E402  (after _autoload, see above)
+from torch_fl._registration import (  # noqa: E402  (after the dcu prelude)
     check_build_record,
     claim_privateuse1,
     load_core,

@@ -11,7 +11,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 _installed = any(
-    ep.name == "flagos" and ep.value == "torch_fl:_autoload"
+    ep.name == "flagos" and ep.value == "_torch_fl_autoload:load"
     for ep in entry_points(group="torch.backends")
 )
 pytestmark = pytest.mark.skipif(

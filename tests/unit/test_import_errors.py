@@ -53,7 +53,9 @@ def test_valid_cpu_device_count_is_honoured(python_subprocess) -> None:
     not ON_CPU_ACCELERATOR, reason="FLAGOS_CPU_DEVICE_COUNT is the cpu accelerator's"
 )
 def test_invalid_cpu_device_count_with_autoload(python_subprocess) -> None:
-    done = python_subprocess("import torch", env={"FLAGOS_CPU_DEVICE_COUNT": "0"})
+    done = python_subprocess(
+        "import torch", env={"FLAGOS_CPU_DEVICE_COUNT": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    )
     assert done.returncode != 0
     assert "FLAGOS_CPU_DEVICE_COUNT=0 is invalid" in done.stderr
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in done.stderr  # torch says how to opt out
@@ -104,14 +106,49 @@ def test_version_mismatch_names_both_versions_and_rebuild(
     assert "NAME privateuseone False" in done.stdout
 
 
-def test_version_mismatch_through_autoload(python_subprocess, package_copy: Path) -> None:
+def test_version_mismatch_through_autoload_warns_and_torch_works(
+    python_subprocess, package_copy: Path
+) -> None:
+    # `import torch` must not break for every program in the environment: it warns, starts
+    # without the device, and an explicit `import torch_fl` raises the full error.
     recorded = _other_minor()
     _set_record_version(package_copy, recorded)
+    code = (
+        "import torch\n"
+        "print('TORCH', torch.ones(2).sum().item(), hasattr(torch, 'flagos'),"
+        " torch._C._get_privateuse1_backend_name())\n"
+        "try:\n"
+        "    import torch_fl\n"
+        "except ImportError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    done = python_subprocess(
+        code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}, path_first=package_copy
+    )
+    assert done.returncode == 0, done.stderr
+    assert "TORCH 2.0 False privateuseone" in done.stdout  # nothing was half-registered
+    assert "RuntimeWarning: torch_fl is installed but cannot be imported" in done.stderr
+    assert recorded in done.stderr and REBUILD in done.stderr
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in done.stderr
+    error = next(line for line in done.stdout.splitlines() if line.startswith("ERROR"))
+    assert recorded in error and torch.__version__ in error and REBUILD in error
+
+
+def test_a_failure_after_registration_still_stops_import_torch(
+    python_subprocess, package_copy: Path
+) -> None:
+    # The core is loaded and PrivateUse1 renamed when this import fails: going on with a
+    # warning would leave a half-wired process, so autoload keeps torch's error.
+    (package_copy / "torch_fl" / "flaggems" / "__init__.py").write_text(
+        "raise ImportError('flaggems broken for the test')\n"
+    )
     done = python_subprocess(
         "import torch", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}, path_first=package_copy
     )
     assert done.returncode != 0
-    assert "ImportError" in done.stderr and recorded in done.stderr and REBUILD in done.stderr
+    assert "flaggems broken for the test" in done.stderr
+    assert "Failed to load the backend extension: flagos" in done.stderr
+    assert "RuntimeWarning" not in done.stderr
 
 
 def test_copy_with_same_minor_other_patch_imports(python_subprocess, package_copy: Path) -> None:
