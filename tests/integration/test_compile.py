@@ -320,6 +320,31 @@ def test_training_backward_gradients_match_and_stay_on_flagos():
         assert_close(p.grad, pc.grad, atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels_last"])
+def test_convolution_net_compiles_and_trains_like_eager(channels_last: bool):
+    # Compiled code checks each convolution's result against the strides torch's fake tensors
+    # predict for an out-of-tree device (contiguous); a channels-last model used to fail there.
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, stride=2)
+    )  # fmt: skip
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    cpu, eager, model = (m.to(memory_format=fmt) for m in _models(net))
+    compiled = torch.compile(model)
+    x = rand(2, 3, 10, 10, device="cpu").to(memory_format=fmt)
+    outs = []
+    for m, xin in ((cpu, x), (eager, x.to(FLAGOS)), (compiled, x.to(FLAGOS))):
+        out = m(xin)
+        out.square().sum().backward()
+        outs.append(out)
+    assert_on_flagos(outs[2])
+    assert_close(outs[2], outs[1], atol=1e-4, rtol=1e-3)
+    assert_close(outs[2], outs[0], atol=1e-4, rtol=1e-3)
+    for pc, pe, pm in zip(cpu.parameters(), eager.parameters(), model.parameters(), strict=True):
+        assert_on_flagos(pm.grad)
+        assert_close(pm.grad, pe.grad, atol=1e-4, rtol=1e-3)
+        assert_close(pm.grad, pc.grad, atol=1e-4, rtol=1e-3)
+
+
 def test_training_loop_follows_eager():
     net = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
     _, eager, model = _models(net)

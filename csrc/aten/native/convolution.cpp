@@ -8,6 +8,20 @@
 #include <c10/core/DeviceGuard.h>
 
 namespace torch_fl::native {
+namespace {
+
+// torch's fake tensors (torch.compile, export) predict a contiguous result for a PrivateUse1
+// convolution and its gradients (ATen's backend selection says Overrideable, whose memory
+// format is contiguous), while CPU's and cuDNN's kernels answer channels-last when the input
+// or the weight is. Compiled code asserts the predicted strides, so the native kernels get
+// contiguous operands and return contiguous results, as predicted.
+at::Tensor contiguous_native(const at::Tensor& flagos) {
+  auto alias = native_alias(flagos);
+  return alias.is_contiguous() ? alias : alias.contiguous();
+}
+
+} // namespace
+
 at::Tensor convolution_overrideable(
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -24,8 +38,8 @@ at::Tensor convolution_overrideable(
     native_bias = native_alias(*bias);
   }
   auto out = at::convolution(
-      native_alias(input),
-      native_alias(weight),
+      contiguous_native(input),
+      contiguous_native(weight),
       native_bias,
       stride,
       padding,
@@ -53,9 +67,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   const std::vector<int64_t> bias_sizes{out_channels};
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-      native_alias(grad_output),
-      native_alias(input),
-      native_alias(weight),
+      contiguous_native(grad_output),
+      contiguous_native(input),
+      contiguous_native(weight),
       output_mask[2] ? std::optional<at::IntArrayRef>(bias_sizes) : std::nullopt,
       stride,
       padding,
