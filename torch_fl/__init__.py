@@ -29,6 +29,10 @@ from torch_fl import flagos  # noqa: E402  (needs the core loaded)
 
 register_python_side(DEVICE_NAME, flagos)
 
+from torch_fl import _autograd_exit  # noqa: E402
+
+_autograd_exit.register()  # lets autograd's device threads finish before finalization
+
 from torch_fl import routing  # noqa: E402  (needs the core loaded)
 
 routing._load_at_import(build_config)
