@@ -30,6 +30,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", TORCH_FN(native::record_stream));
   m.impl("convolution_overrideable", TORCH_FN(native::convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(native::convolution_backward_overrideable));
+  m.impl("convolution_backward", TORCH_FN(native::convolution_backward));
 #if !defined(FLAGOS_ACCELERATOR_CPU)
   // scaled_dot_product_attention's route to the native flash-attention kernels.
   m.impl(

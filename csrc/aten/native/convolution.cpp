@@ -7,6 +7,8 @@
 #include <ATen/ops/convolution_backward.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <vector>
+
 namespace torch_fl::native {
 namespace {
 
@@ -51,10 +53,11 @@ at::Tensor convolution_overrideable(
   return to_flagos(std::move(out));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output,
     const at::Tensor& input,
     const at::Tensor& weight,
+    at::OptionalIntArrayRef bias_sizes,
     at::IntArrayRef stride,
     at::IntArrayRef padding,
     at::IntArrayRef dilation,
@@ -63,14 +66,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     int64_t groups,
     std::array<bool, 3> output_mask) {
   c10::DeviceGuard guard(input.device());
-  // The bias has one entry per output channel.
-  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
-  const std::vector<int64_t> bias_sizes{out_channels};
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
       contiguous_native(grad_output),
       contiguous_native(input),
       contiguous_native(weight),
-      output_mask[2] ? std::optional<at::IntArrayRef>(bias_sizes) : std::nullopt,
+      bias_sizes,
       stride,
       padding,
       dilation,
@@ -83,6 +83,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       to_flagos(std::move(grad_input)),
       to_flagos(std::move(grad_weight)),
       to_flagos(std::move(grad_bias))};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    bool transposed,
+    at::IntArrayRef output_padding,
+    int64_t groups,
+    std::array<bool, 3> output_mask) {
+  // The bias has one entry per output channel.
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  const std::vector<int64_t> bias_sizes{out_channels};
+  return native::convolution_backward(
+      grad_output,
+      input,
+      weight,
+      output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt,
+      stride,
+      padding,
+      dilation,
+      transposed,
+      output_padding,
+      groups,
+      output_mask);
 }
 
 } // namespace torch_fl::native
