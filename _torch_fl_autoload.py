@@ -18,25 +18,23 @@ import sys
 import warnings
 
 
-def _traces_left() -> list[str]:
-    """What a failed `import torch_fl` changed in this process."""
-    traces = []
+def _left_traces() -> bool:
+    """Whether a failed `import torch_fl` changed this process: DTK's device libraries loaded,
+    the C++ core loaded, or PrivateUse1 renamed."""
     dcu = sys.modules.get("torch_fl.vendor.dcu")
-    if dcu is not None and getattr(dcu, "_loaded", None):
-        traces.append("DTK's device libraries are loaded")
-    if "torch_fl._C" in sys.modules:
-        traces.append("the C++ core is loaded")
     torch = sys.modules.get("torch")
-    if torch is not None and torch._C._get_privateuse1_backend_name() != "privateuseone":
-        traces.append("PrivateUse1 was renamed")
-    return traces
+    return (
+        bool(dcu is not None and getattr(dcu, "_loaded", None))
+        or "torch_fl._C" in sys.modules
+        or (torch is not None and torch._C._get_privateuse1_backend_name() != "privateuseone")
+    )
 
 
 def load() -> None:
     try:
         import torch_fl  # noqa: F401  (registers the device; partial while it imports torch)
     except ImportError as error:
-        if _traces_left():
+        if _left_traces():
             raise
         warnings.warn(
             f"torch_fl is installed but cannot be imported, so torch starts without the "

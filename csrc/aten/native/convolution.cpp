@@ -18,8 +18,7 @@ namespace {
 // or the weight is. Compiled code asserts the predicted strides, so the native kernels get
 // contiguous operands and return contiguous results, as predicted.
 at::Tensor contiguous_native(const at::Tensor& flagos) {
-  auto alias = native_alias(flagos);
-  return alias.is_contiguous() ? alias : alias.contiguous();
+  return native_alias(flagos).contiguous(); // the alias itself when already contiguous
 }
 
 } // namespace
