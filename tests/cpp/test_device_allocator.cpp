@@ -88,6 +88,23 @@ TEST_F(DeviceAllocatorTest, FreedBlockIsReusedWithoutNewReservation) {
   EXPECT_EQ(requested_bytes(0) - requested, 900);
 }
 
+// Of several cached blocks of one size, the one freed last is handed out first (warm caches).
+TEST_F(DeviceAllocatorTest, LastFreedBlockOfASizeIsReusedFirst) {
+  void* freed_first = nullptr;
+  void* freed_last = nullptr;
+  {
+    c10::DataPtr a = allocator().allocate(1000);
+    c10::DataPtr b = allocator().allocate(1000);
+    freed_first = a.get();
+    freed_last = b.get();
+    a.clear();
+  } // b freed here, after a
+  c10::DataPtr next = allocator().allocate(1000);
+  EXPECT_EQ(next.get(), freed_last);
+  c10::DataPtr after = allocator().allocate(1000);
+  EXPECT_EQ(after.get(), freed_first);
+}
+
 TEST_F(DeviceAllocatorTest, CachedBlockMoreThanTwiceTheSizeIsNotReused) {
   void* big = nullptr;
   {
