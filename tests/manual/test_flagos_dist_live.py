@@ -380,7 +380,13 @@ def worker(args) -> int:
             dist.barrier()
         elif args.scenario == "peer_exit":
             # The last rank leaves without taking part; the others must get an error, not hang.
+            # It leaves only once every rank has finished init_process_group: leaving during
+            # the others' connection setup would fail their init instead (a different path).
+            store = dist.distributed_c10d._get_default_store()
+            store.add("peer_exit_initialised", 1)
             if rank == world - 1:
+                while store.add("peer_exit_initialised", 0) < world:
+                    time.sleep(0.01)
                 os._exit(0)
             t = torch.ones(4, device=device)
             start = time.monotonic()
