@@ -5,7 +5,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <memory>
@@ -48,8 +50,9 @@ struct WorkContext {
   }
 };
 
-// What remains to do once the inner work has completed. Shared by the work and by the
-// callback of its future, so whichever observes completion first does it, once.
+// What remains to do once the inner work has completed (host-staged outputs, AVG emulation).
+// Shared by the work and by the callback of its future, so whichever observes completion first
+// does it, once. Zero-copy calls have nothing to finish and allocate none.
 struct Completion {
   std::mutex mutex;
   bool done = false;
@@ -58,12 +61,6 @@ struct Completion {
   // Inner outputs divided by `divisor` before the copy-back (ReduceOp.AVG emulation).
   std::vector<at::Tensor> divide;
   int64_t divisor = 1;
-  // The flagos tensors the work reports: Work::result() and the future's value.
-  std::vector<at::Tensor> results;
-
-  bool trivial() const {
-    return copy_backs.empty() && divide.empty();
-  }
 
   // Host-synchronous: when it returns, the flagos outputs hold the result.
   void finalize() {
@@ -89,7 +86,10 @@ struct Completion {
   }
 };
 
-std::vector<c10::Device> flagos_devices(const std::vector<at::Tensor>& tensors) {
+// The flagos tensors a work reports (Work::result() and its future's value): usually one.
+using Results = c10::SmallVector<at::Tensor, 2>;
+
+std::vector<c10::Device> flagos_devices(c10::ArrayRef<at::Tensor> tensors) {
   std::vector<c10::Device> devices;
   for (const auto& t : tensors) {
     if (is_flagos(t) && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
@@ -106,10 +106,12 @@ class FlagOSWork final : public c10d::Work {
       int rank,
       c10d::OpType type,
       c10::intrusive_ptr<c10d::Work> inner,
+      Results results,
       std::shared_ptr<Completion> completion,
       WorkContext context)
       : c10d::Work(rank, type),
         inner_(std::move(inner)),
+        results_(std::move(results)),
         completion_(std::move(completion)),
         context_(std::move(context)) {}
 
@@ -117,7 +119,7 @@ class FlagOSWork final : public c10d::Work {
     if (!inner_->isCompleted()) {
       return false;
     }
-    if (!completion_->trivial() && !inner_->exception()) {
+    if (completion_ && !inner_->exception()) {
       completion_->finalize();
     }
     return true;
@@ -136,18 +138,20 @@ class FlagOSWork final : public c10d::Work {
   }
 
   std::vector<at::Tensor> result() override {
-    return completion_->results;
+    return {results_.begin(), results_.end()};
   }
 
   void synchronize() override {
     with_context([&] { inner_->synchronize(); });
-    completion_->finalize();
+    if (completion_) {
+      completion_->finalize();
+    }
   }
 
   bool wait(std::chrono::milliseconds timeout) override {
     bool ok = true;
     with_context([&] { ok = inner_->wait(timeout); });
-    if (!completion_->trivial()) {
+    if (completion_) {
       completion_->finalize();
     }
     return ok;
@@ -185,19 +189,22 @@ class FlagOSWork final : public c10d::Work {
     }
     TORCH_CHECK(inner_future, context_.str(), ": the inner backend's work has no future");
     auto outer = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()), flagos_devices(completion_->results));
-    inner_future->addCallback([completion = completion_, outer](c10::ivalue::Future& f) {
-      if (f.hasError()) {
-        outer->setError(f.exception_ptr());
-        return;
-      }
-      try {
-        completion->finalize();
-        outer->markCompleted(c10::IValue(completion->results));
-      } catch (...) {
-        outer->setError(std::current_exception());
-      }
-    });
+        c10::ListType::create(c10::TensorType::get()), flagos_devices(results_));
+    inner_future->addCallback(
+        [completion = completion_, outer, results = result()](c10::ivalue::Future& f) {
+          if (f.hasError()) {
+            outer->setError(f.exception_ptr());
+            return;
+          }
+          try {
+            if (completion) {
+              completion->finalize();
+            }
+            outer->markCompleted(c10::IValue(results));
+          } catch (...) {
+            outer->setError(std::current_exception());
+          }
+        });
     future_ = outer;
     return future_;
   }
@@ -217,7 +224,8 @@ class FlagOSWork final : public c10d::Work {
   }
 
   c10::intrusive_ptr<c10d::Work> inner_;
-  std::shared_ptr<Completion> completion_;
+  Results results_;
+  std::shared_ptr<Completion> completion_; // null when there is nothing to finish
   WorkContext context_;
   std::mutex future_mutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -339,9 +347,7 @@ const char* tensor_path_name(TensorPath path) {
 // takes, and wraps the inner work.
 class Call {
  public:
-  Call(ProcessGroupFlagOS& pg, const char* op)
-      : pg_(pg), op_(op), completion_(std::make_shared<Completion>()) {
-    completion_->divisor = pg.getSize();
+  Call(ProcessGroupFlagOS& pg, const char* op) : pg_(pg), op_(op) {
     pg_.bind_inner_device();
   }
 
@@ -462,32 +468,32 @@ class Call {
   // A flagos tensor the collective writes without reading it.
   at::Tensor out(const at::Tensor& t, const char* what = "output") {
     check(t, what);
-    completion_->results.push_back(t);
+    results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
       return native_alias(t);
     }
     auto alias = native_alias(t);
     auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
-    completion_->copy_backs.emplace_back(t, staged);
+    completion().copy_backs.emplace_back(t, staged);
     return staged;
   }
 
   // A flagos tensor the collective reads and writes.
   at::Tensor inout(const at::Tensor& t, const char* what = "tensor") {
     check(t, what);
-    completion_->results.push_back(t);
+    results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
       return native_alias(t);
     }
     auto staged = staged_copy(t);
-    completion_->copy_backs.emplace_back(t, staged);
+    completion().copy_backs.emplace_back(t, staged);
     return staged;
   }
 
   // A flagos tensor the collective reads and reports as its result (a broadcast root).
   at::Tensor in_result(const at::Tensor& t, const char* what = "tensor") {
     auto inner = in(t, what);
-    completion_->results.push_back(t);
+    results_.push_back(t);
     return inner;
   }
 
@@ -524,7 +530,7 @@ class Call {
   // `in_place` says the inputs are the outputs (all_reduce), so scaling them in place is fine.
   c10d::ReduceOp reduce_op(
       const c10d::ReduceOp& op,
-      std::vector<at::Tensor*> inputs,
+      c10::ArrayRef<at::Tensor*> inputs,
       const std::vector<at::Tensor>& outputs,
       bool in_place) {
     if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
@@ -559,7 +565,7 @@ class Call {
     }
     if (op.op_ == c10d::ReduceOp::AVG && pg_.tier_ != "nccl") {
       for (const auto& t : outputs) {
-        completion_->divide.push_back(t);
+        completion().divide.push_back(t);
       }
       return c10d::ReduceOp(c10d::ReduceOp::SUM);
     }
@@ -568,7 +574,7 @@ class Call {
 
   c10::intrusive_ptr<c10d::Work> finish(c10::intrusive_ptr<c10d::Work> inner, c10d::OpType type) {
     if (pg_.coalescing_) {
-      for (const auto& t : completion_->results) {
+      for (const auto& t : results_) {
         pg_.coalesced_results_.push_back(t);
       }
     }
@@ -576,7 +582,12 @@ class Call {
       return inner;
     }
     c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<FlagOSWork>(
-        pg_.getRank(), type, std::move(inner), completion_, work_context());
+        pg_.getRank(),
+        type,
+        std::move(inner),
+        std::move(results_),
+        std::move(completion_),
+        work_context());
     if (pg_.coalescing_ && !pg_.native_coalescing_) {
       pg_.coalesced_works_.push_back(work);
     }
@@ -595,9 +606,18 @@ class Call {
     return staged;
   }
 
+  Completion& completion() {
+    if (!completion_) {
+      completion_ = std::make_shared<Completion>();
+      completion_->divisor = pg_.getSize();
+    }
+    return *completion_;
+  }
+
   ProcessGroupFlagOS& pg_;
   const char* op_;
-  std::shared_ptr<Completion> completion_;
+  Results results_;
+  std::shared_ptr<Completion> completion_; // made by the first output that needs finishing
   std::optional<c10::Device> device_;
 };
 
@@ -666,13 +686,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
   if (!inner) {
     return inner;
   }
-  auto completion = std::make_shared<Completion>();
-  completion->results = std::move(results);
   return c10::make_intrusive<FlagOSWork>(
       getRank(),
       c10d::OpType::COALESCED,
       std::move(inner),
-      std::move(completion),
+      Results(results.begin(), results.end()),
+      nullptr,
       WorkContext{"coalesced collectives", tier_, path_, getRank(), getSize()});
 }
 
@@ -720,7 +739,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   Call call(*this, "all_reduce");
   auto inner = call.inout(tensors);
-  std::vector<at::Tensor*> inputs;
+  c10::SmallVector<at::Tensor*, 4> inputs;
   for (auto& t : inner) {
     inputs.push_back(&t);
   }
@@ -733,7 +752,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   Call call(*this, "all_reduce_coalesced");
   auto inner = call.inout(tensors);
-  std::vector<at::Tensor*> inputs;
+  c10::SmallVector<at::Tensor*, 4> inputs;
   for (auto& t : inner) {
     inputs.push_back(&t);
   }
@@ -747,7 +766,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   Call call(*this, "reduce");
   auto inner = call.inout(tensors);
-  std::vector<at::Tensor*> inputs;
+  c10::SmallVector<at::Tensor*, 4> inputs;
   for (auto& t : inner) {
     inputs.push_back(&t);
   }
