@@ -7,6 +7,7 @@
 #include "runtime/accelerator.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 
@@ -79,7 +80,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   // device N and flagos streams are the native ones, so make the call's device current. Only
   // switch when it differs: the guard costs a device query and two sets.
   std::optional<c10::DeviceGuard> on_device;
-  if (call.index >= 0 && accelerator().guard().getDevice().index() != call.index) {
+  if (call.index >= 0 && !is_current_device(call.index)) {
     on_device.emplace(c10::Device(c10::DeviceType::PrivateUse1, call.index));
   }
   {
@@ -88,25 +89,44 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
         static_cast<PyObject*>(e.python_kernel.load(std::memory_order_acquire)));
     const auto& args = schema.arguments();
     const size_t begin = stack->size() - args.size();
-    size_t positional = 0;
-    for (const auto& a : args) {
-      positional += a.kwarg_only() ? 0 : 1;
-    }
-    py::tuple py_args(positional);
-    py::dict py_kwargs;
-    for (size_t i = 0, p = 0; i < args.size(); ++i) {
+    // One vectorcall: positional arguments, then the keyword-only ones named by `kwnames`
+    // (no tuple and dict built only to be unpacked again).
+    c10::SmallVector<py::object, 8> positional;
+    c10::SmallVector<py::object, 4> keywords;
+    c10::SmallVector<const char*, 4> names;
+    for (size_t i = 0; i < args.size(); ++i) {
       auto obj = argument_to_python(std::move((*stack)[begin + i]), args[i]);
       if (args[i].kwarg_only()) {
-        py_kwargs[py::str(args[i].name())] = std::move(obj);
+        keywords.push_back(std::move(obj));
+        names.push_back(args[i].name().c_str());
       } else {
-        py_args[p++] = std::move(obj);
+        positional.push_back(std::move(obj));
       }
     }
     torch::jit::drop(*stack, args.size());
+    c10::SmallVector<PyObject*, 12> argv;
+    for (const auto& o : positional) {
+      argv.push_back(o.ptr());
+    }
+    for (const auto& o : keywords) {
+      argv.push_back(o.ptr());
+    }
+    py::object kwnames;
+    if (!names.empty()) {
+      py::tuple t(names.size());
+      for (size_t k = 0; k < names.size(); ++k) {
+        t[k] = py::str(names[k]);
+      }
+      kwnames = std::move(t);
+    }
 
     py::object result;
     try {
-      result = fn(*py_args, **py_kwargs);
+      PyObject* r = PyObject_Vectorcall(fn.ptr(), argv.data(), positional.size(), kwnames.ptr());
+      if (r == nullptr) {
+        throw py::error_already_set();
+      }
+      result = py::reinterpret_steal<py::object>(r);
     } catch (py::error_already_set& err) {
       rethrow_named(err, e.name);
     }
