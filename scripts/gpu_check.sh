@@ -35,6 +35,8 @@ run tests/integration/ops/ -m "main_ops and not flaggems and not flaggems_python
 run tests/integration/test_profiler_parity.py -m main_ops
 run tests/integration/test_amp_contract.py -m amp
 run tests/integration/test_allocator.py tests/integration/test_factory_ops.py
+run tests/integration/test_routing_api.py tests/integration/test_routing_table.py \
+  tests/integration/test_routing_python.py
 run tests/unit  # the cpu-accelerator suite, on the cuda accelerator too
 for extra in "$@"; do run "$extra"; done
 exit $status
