@@ -17,7 +17,7 @@ flags=(-std=c++20 -fsyntax-only -D_GLIBCXX_USE_CXX11_ABI=1 -DFLAGOS_TORCH_MAJOR=
 [ "$accel" = cpu ] || flags+=(-DFLAGOS_BUILD_BOXING=1)
 status=0
 for f in "$root"/csrc/runtime/*.cpp "$root"/csrc/runtime/"$accel"/*.cpp "$root"/csrc/aten/*.cpp \
-  "$root"/csrc/aten/*/*.cpp "$root"/csrc/python/*.cpp; do
+  "$root"/csrc/aten/*/*.cpp "$root"/csrc/comm/*.cpp "$root"/csrc/python/*.cpp; do
   [ -e "$f" ] || continue
   g++ "${flags[@]}" "$f" || { echo "FAILED: $f"; status=1; }
 done
