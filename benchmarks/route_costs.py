@@ -3,7 +3,8 @@
     python benchmarks/route_costs.py [--iterations 2000] [--rounds 9] [--shape 64,64]
 
 Times each part of the zero-copy route on a flagos float32 tensor through
-torch_fl._C._route_part_costs: making (and freeing) a native alias, re-labelling a native
+torch_fl._C._route_part_costs: making a native alias (and freeing it, or handing it back to
+the thread's pool as a routed call does), re-labelling a native
 result, reading the current device, the profiler check, and a whole `add` on flagos tensors
 against the same `add` on native tensors, all called from C++. Parts run interleaved, round
 after round; the table gives the median round in nanoseconds per call. The last lines
@@ -41,7 +42,7 @@ def main() -> None:
     extra = costs["add, flagos tensors"] - costs["add, native tensors"]
     relabel = costs["native empty + relabel in place"] - costs["native empty (make + free)"]
     parts = (
-        2 * costs["native alias (make + free)"]
+        2 * costs["native alias (make + release)"]
         + relabel
         + costs["current device"]
         + costs["profiler callback check"]

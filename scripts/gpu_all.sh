@@ -10,7 +10,8 @@
 # device tool returns at most 8 files); the FlagGems table and state are copied beside it.
 # Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
 # PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; also "gems",
-# the FlagGems route overhead, and "comm", the all_reduce bandwidth); E2E_ARGS replaces the
+# the FlagGems route overhead, "comm", the all_reduce bandwidth, and "routecost", the parts of
+# a routed call); E2E_ARGS replaces the
 # end-to-end benchmark's arguments.
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
@@ -61,6 +62,7 @@ bench() { # name, seconds, command...
   timeout "$(cap "$secs")" "$@" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
   pack
 }
+bench routecost 30 python3 benchmarks/route_costs.py
 bench dispatch 45 python3 benchmarks/dispatch_overhead.py --reps 40 --calls 20
 bench transformer 60 python3 benchmarks/dispatch_overhead.py --suite transformer --reps 20 --calls 10
 # shellcheck disable=SC2086 # E2E_ARGS is a list of arguments

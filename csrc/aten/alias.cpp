@@ -2,6 +2,7 @@
 
 #include "runtime/accelerator.h"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -61,19 +62,109 @@ bool is_native_alias_storage(const c10::Storage& storage) {
   return flagos_storage_behind(storage) != nullptr;
 }
 
-at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
-  auto& accel = accelerator();
+namespace {
+
+// Per-thread recycling of alias objects. An alias costs a TensorImpl, a StorageImpl and a
+// version counter, made and freed on every routed call; a call that is done with its aliases
+// hands them back (release_alias) when nothing else holds them, with their memory reference
+// dropped, and the next alias of this thread reuses them. A pooled alias therefore keeps no
+// flagos memory alive, and no other thread ever sees it.
+constexpr size_t kAliasPoolCapacity = 16;
+thread_local c10::SmallVector<at::Tensor, kAliasPoolCapacity> alias_pool;
+
+// The dispatch keys a fresh alias gets in and out of inference mode; a pooled alias must
+// still have them (nothing added a Python key, autograd keys or others).
+c10::DispatchKeySet fresh_alias_keys(bool inference) {
+  static const auto keys = [] {
+    auto& accel = accelerator();
+    const c10::DispatchKeySet backend(accel.native_dispatch_key());
+    const c10::Device device = accel.native_device(0);
+    auto make = [&] {
+      return c10::make_intrusive<c10::TensorImpl>(backend, caffe2::TypeMeta::Make<float>(), device)
+          ->key_set();
+    };
+    const c10::DispatchKeySet normal = make();
+    c10::InferenceMode inference_mode;
+    return std::pair(normal, make());
+  }();
+  return inference ? keys.second : keys.first;
+}
+
+c10::DataPtr alias_data_ptr(c10::StorageImpl* flagos, const c10::Device& native_device) {
+  c10::raw::intrusive_ptr::incref(flagos);
+  return c10::DataPtr(flagos->mutable_data(), flagos, &release_flagos_storage, native_device);
+}
+
+void describe_like(c10::TensorImpl* alias, const c10::TensorImpl* src) {
+  alias->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  alias->_set_conj(src->is_conj());
+  alias->_set_neg(src->is_neg());
+}
+
+// A pooled alias re-pointed at `flagos`, or an undefined tensor when the pool has none that
+// fits (same native device, same inference mode).
+at::Tensor reuse_alias(const at::Tensor& flagos, const c10::Device& native_device, bool resizable) {
+  if (alias_pool.empty()) {
+    return {};
+  }
+  at::Tensor alias = std::move(alias_pool.back());
+  alias_pool.pop_back();
+  auto* impl = alias.unsafeGetTensorImpl();
+  if (impl->device() != native_device || impl->is_inference() != c10::InferenceMode::is_enabled()) {
+    return {};
+  }
   const auto* src = flagos.unsafeGetTensorImpl();
   c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* alias_storage = impl->storage().unsafeGetStorageImpl();
+  if (!resizable || storage->data() != nullptr) {
+    alias_storage->set_data_ptr_noswap(alias_data_ptr(storage, native_device));
+  }
+  alias_storage->set_nbytes(storage->nbytes());
+  alias_storage->set_allocator(resizable ? accelerator().native_allocator() : nullptr);
+  alias_storage->set_resizable(resizable);
+  if (impl->dtype() != flagos.dtype()) {
+    impl->set_storage_and_dtype(impl->storage(), flagos.dtype());
+  }
+  describe_like(impl, src);
+  return alias;
+}
+
+// True when nothing but `alias` refers to its objects and no kernel changed what a fresh alias
+// would not have: then it can be emptied and pooled.
+bool recyclable(const at::Tensor& alias) {
+  auto* impl = alias.unsafeGetTensorImpl();
+  if (alias.use_count() != 1 || alias.weak_use_count() != 1 || !impl->has_storage()) {
+    return false;
+  }
+  const c10::Storage& storage = impl->storage();
+  c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
+  return storage.use_count() == 1 && weak_count(simpl) == 1 &&
+         (simpl->data_ptr().get_deleter() == &release_flagos_storage ||
+          simpl->data_ptr().get() == nullptr) &&
+         impl->key_set() == fresh_alias_keys(impl->is_inference()) &&
+         impl->autograd_meta() == nullptr && !impl->is_wrapped_number() &&
+         impl->allow_tensor_metadata_change() && impl->layout() == c10::kStrided &&
+         !impl->has_symbolic_sizes_strides() && impl->get_backend_meta() == nullptr &&
+         impl->pyobj_slot()->load_pyobj() == nullptr &&
+         simpl->pyobj_slot()->load_pyobj() == nullptr;
+}
+
+} // namespace
+
+at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
+  auto& accel = accelerator();
   const c10::Device native_device = accel.native_device(flagos.device().index());
-  c10::DataPtr data(nullptr, native_device);
+  if (at::Tensor reused = reuse_alias(flagos, native_device, resizable); reused.defined()) {
+    return reused;
+  }
+  const auto* src = flagos.unsafeGetTensorImpl();
+  c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
   // An empty out= tensor gets a plain null DataPtr: with a context it would test true, and a
   // native resize would then issue a zero-byte device copy from it. Growing it hands the new
   // memory to sync_from_alias either way.
-  if (!resizable || storage->data() != nullptr) {
-    c10::raw::intrusive_ptr::incref(storage);
-    data = c10::DataPtr(storage->mutable_data(), storage, &release_flagos_storage, native_device);
-  }
+  c10::DataPtr data = !resizable || storage->data() != nullptr
+                          ? alias_data_ptr(storage, native_device)
+                          : c10::DataPtr(nullptr, native_device);
   auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(),
       storage->nbytes(),
@@ -84,10 +175,18 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
       c10::Storage(std::move(alias_storage)),
       c10::DispatchKeySet(accel.native_dispatch_key()),
       flagos.dtype());
-  auto* impl = alias.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
-  copy_bits(impl, src);
+  describe_like(alias.unsafeGetTensorImpl(), src);
   return alias;
+}
+
+void release_alias(at::Tensor& alias) noexcept {
+  if (!alias.defined() || alias_pool.size() == kAliasPoolCapacity || !recyclable(alias)) {
+    return;
+  }
+  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  // Drops the reference on the flagos storage now, not when the alias is next used.
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, storage->device()));
+  alias_pool.push_back(std::move(alias));
 }
 
 c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {

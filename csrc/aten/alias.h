@@ -20,6 +20,11 @@ namespace torch_fl {
 // grow it (out= results); sync_from_alias() then carries the growth back.
 FLAGOS_API at::Tensor native_alias(const at::Tensor& flagos, bool resizable = false);
 
+// Hands an alias back when its call is done. If nothing else refers to it, it is emptied (its
+// reference on the flagos memory dropped) and kept for this thread's next native_alias;
+// otherwise nothing happens and the alias is freed as usual when its holders let go.
+FLAGOS_API void release_alias(at::Tensor& alias) noexcept;
+
 // Maps native storages to flagos storages within one operator call, so two results that shared
 // a native storage share one flagos storage too.
 class FLAGOS_API StorageRelabeler {

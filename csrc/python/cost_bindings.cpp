@@ -50,7 +50,17 @@ std::map<std::string, double> route_part_costs(
 
   std::vector<std::pair<std::string, Part>> parts = {
       {"native alias (make + free)", [&] { native_alias(flagos); }},
-      {"resizable alias (make + free)", [&] { native_alias(flagos, /*resizable=*/true); }},
+      // What a routed call pays: its aliases go back to the thread's pool when it is done.
+      {"native alias (make + release)",
+       [&] {
+         at::Tensor alias = native_alias(flagos);
+         release_alias(alias);
+       }},
+      {"resizable alias (make + release)",
+       [&] {
+         at::Tensor alias = native_alias(flagos, /*resizable=*/true);
+         release_alias(alias);
+       }},
       {"flagos view of native (make + free)", [&] { flagos_view_of_native(native, index); }},
       {"current device", [&] { accel.guard().getDevice(); }},
       {"profiler callback check", [&] { at::hasCallbacks(); }},

@@ -64,6 +64,73 @@ TEST(NativeAlias, AliasStorageIsRecognised) {
   EXPECT_TRUE(native_alias(f, /*resizable=*/true).storage().resizable());
 }
 
+TEST(AliasPool, AReleasedAliasHoldsNoMemoryAndIsReusedExactly) {
+  // Other device, dtype, shape, strides, offset and conjugate bit than the first alias has.
+  at::Tensor g = at::arange(12, at::TensorOptions().dtype(at::kFloat))
+                     .to(at::kComplexFloat)
+                     .to(flagos(1))
+                     .view({3, 4})
+                     .transpose(0, 1)
+                     .slice(0, 1, 3)
+                     .conj();
+  const auto g_refs = g.storage().use_count();
+  const auto before = allocated_bytes(0);
+  c10::TensorImpl* pooled = nullptr;
+  {
+    at::Tensor f = filled_flagos(0);
+    at::Tensor n = native_alias(f);
+    pooled = n.unsafeGetTensorImpl();
+    release_alias(n);
+    EXPECT_FALSE(n.defined());              // taken into this thread's pool
+    EXPECT_EQ(f.storage().use_count(), 1u); // the pooled alias let go of the flagos memory
+  }
+  EXPECT_EQ(allocated_bytes(0), before); // nothing kept alive by the pool
+
+  // The next alias of this thread reuses the objects, fully re-described.
+  at::Tensor n = native_alias(g);
+  EXPECT_EQ(n.unsafeGetTensorImpl(), pooled);
+  EXPECT_EQ(n.data_ptr(), g.data_ptr());
+  EXPECT_EQ(n.dtype(), g.dtype());
+  EXPECT_EQ(n.sizes(), g.sizes());
+  EXPECT_EQ(n.strides(), g.strides());
+  EXPECT_EQ(n.storage_offset(), g.storage_offset());
+  EXPECT_TRUE(n.is_conj());
+  EXPECT_EQ(n.storage().nbytes(), g.storage().nbytes());
+  EXPECT_FALSE(n.storage().resizable());
+  EXPECT_EQ(g.storage().use_count(), g_refs + 1); // owning again while in use
+  EXPECT_TRUE(at::equal(n.resolve_conj(), g.cpu().resolve_conj()));
+}
+
+TEST(AliasPool, AnAliasSomethingElseHoldsIsNotPooled) {
+  at::Tensor f = filled_flagos(0);
+  at::Tensor n = native_alias(f);
+  at::Tensor kept = n; // as a collective's work object keeps its tensors
+  release_alias(n);
+  EXPECT_TRUE(n.defined());
+  at::Tensor view = native_alias(f).view({4, 6}); // a view shares the alias's storage
+  at::Tensor m = native_alias(f);
+  EXPECT_NE(m.unsafeGetTensorImpl(), n.unsafeGetTensorImpl());
+  n.reset();
+  kept.reset();
+  EXPECT_FLOAT_EQ(view[3][5].item<float>(), 23.0f);
+  EXPECT_FLOAT_EQ(m[23].item<float>(), 23.0f);
+}
+
+TEST(AliasPool, ARegrownResizableAliasIsEmptiedBeforePooling) {
+  at::Tensor f = at::empty({0}, on_flagos(0));
+  at::Tensor n = native_alias(f, /*resizable=*/true);
+  n.resize_({8});
+  n.fill_(2.0f);
+  sync_from_alias(f, n); // the caller's storage takes the grown memory over
+  release_alias(n);
+  at::Tensor r = native_alias(f, /*resizable=*/true);
+  EXPECT_TRUE(r.storage().resizable());
+  EXPECT_EQ(r.data_ptr(), f.data_ptr());
+  EXPECT_TRUE(at::equal(r, at::full({8}, 2.0f)));
+  at::Tensor plain = native_alias(filled_flagos(1));
+  EXPECT_FALSE(plain.storage().resizable());
+}
+
 TEST(FlagosFromNative, ViewOfAnAliasMapsBackToTheOriginalStorage) {
   at::Tensor f = filled_flagos(1);
   at::Tensor n = native_alias(f).view({4, 6}).transpose(0, 1).slice(0, 2, 4);

@@ -154,6 +154,11 @@ template <class Ref>
 class MappedTensor {
  public:
   explicit MappedTensor(Ref t) : src_(t) {}
+  MappedTensor(const MappedTensor&) = delete;
+  MappedTensor& operator=(const MappedTensor&) = delete;
+  ~MappedTensor() {
+    release_alias(alias_);
+  }
   void see(DeviceCheck& devices, uint16_t arg) {
     devices.see(src_, arg, false);
   }
@@ -195,6 +200,13 @@ template <>
 class Mapped<const std::optional<at::Tensor>&> {
  public:
   explicit Mapped(const std::optional<at::Tensor>& t) : src_(t) {}
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() {
+    if (alias_.has_value()) {
+      release_alias(*alias_);
+    }
+  }
   void see(DeviceCheck& devices, uint16_t arg) {
     if (src_.has_value()) {
       devices.see(*src_, arg, false);
@@ -229,6 +241,11 @@ template <>
 class Mapped<at::TensorList> {
  public:
   explicit Mapped(at::TensorList list) : src_(list) {}
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() {
+    release_aliases();
+  }
   void see(DeviceCheck& devices, uint16_t arg) {
     for (const at::Tensor& t : src_) {
       devices.see(t, arg, false);
@@ -260,6 +277,14 @@ class Mapped<at::TensorList> {
   }
 
  private:
+  void release_aliases() {
+    for (size_t i = 0; i < mapped_.size(); ++i) {
+      if (is_flagos(src_[i])) {
+        release_alias(mapped_[i]);
+      }
+    }
+  }
+
   at::TensorList src_;
   c10::SmallVector<at::Tensor, 4> mapped_;
   bool is_mapped_ = false;
@@ -271,6 +296,11 @@ template <>
 class Mapped<const at::ITensorListRef&> {
  public:
   explicit Mapped(const at::ITensorListRef& list) : src_(list) {}
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() {
+    release_aliases();
+  }
   void see(DeviceCheck& devices, uint16_t arg) {
     for (const at::Tensor& t : src_) {
       devices.see(t, arg, false);
@@ -293,6 +323,19 @@ class Mapped<const at::ITensorListRef&> {
   }
 
  private:
+  void release_aliases() {
+    if (!ref_.has_value()) {
+      return;
+    }
+    size_t i = 0;
+    for (const at::Tensor& t : src_) {
+      if (is_flagos(t)) {
+        release_alias(mapped_[i]);
+      }
+      ++i;
+    }
+  }
+
   const at::ITensorListRef& src_;
   c10::SmallVector<at::Tensor, 4> mapped_;
   std::optional<at::ITensorListRef> ref_;
