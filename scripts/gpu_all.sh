@@ -38,8 +38,9 @@ SKIP_BUILD=1 timeout 280 bash scripts/gpu_check.sh tests/integration/test_attent
   >"$OUT/suites.log" 2>&1 &
 suites=$!
 mkdir -p "$OUT/gems"
-OUT=$OUT/gems SKIP_BUILD=1 SKIP_BENCH=1 VERIFY_BUDGET=${VERIFY_BUDGET:-150} timeout 250 \
-  bash scripts/gpu_flaggems.sh >"$OUT/gems.log" 2>&1 &
+# Its table goes beside the logs: the suites running meanwhile read the shipped one.
+OUT=$OUT/gems CONF=$OUT/gems/backends_flaggems.conf SKIP_BUILD=1 SKIP_BENCH=1 \
+  VERIFY_BUDGET=${VERIFY_BUDGET:-150} timeout 250 bash scripts/gpu_flaggems.sh >"$OUT/gems.log" 2>&1 &
 gems=$!
 TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 250 python3 -m pytest -q -p no:cacheprovider \
   tests/integration/test_compile.py -rs --tb=short >"$OUT/compile.log" 2>&1 &
@@ -49,7 +50,7 @@ wait $suites || status=1
 grep -E "^== pytest|passed|failed|Segmentation" "$OUT/suites.log"; pack
 wait $gems || status=1
 tail -5 "$OUT/gems.log"
-cp torch_fl/configs/backends_flaggems.conf verify_routes.state.jsonl "$real_out/" 2>/dev/null; pack
+cp "$OUT/gems/backends_flaggems.conf" verify_routes.state.jsonl "$real_out/" 2>/dev/null; pack
 wait $comp || status=1
 tail -5 "$OUT/compile.log"; pack
 

@@ -4,7 +4,8 @@
 #      .whl/expecttest-*.whl for torch's OpInfo samples; no network)
 #   2. build torch_fl for cuda with FlagGems (skipped with SKIP_BUILD=1)
 #   3. print what the interpreter resolved: torch, triton, FlagGems and its vendor
-#   4. verify_routes: writes torch_fl/configs/backends_flaggems.conf (+ report, state)
+#   4. verify_routes: writes torch_fl/configs/backends_flaggems.conf, or $CONF when set (+ report,
+#      state); the tests of step 5 run with the table in torch_fl/configs either way
 #   5. the flaggems tests (ops suite with the table, routed-op checks, conf consistency)
 #   6. the overhead benchmark
 # Usage (repo root): bash scripts/gpu_flaggems.sh
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/flagos-flaggems}
 mkdir -p "$out"
 status=0
-conf=torch_fl/configs/backends_flaggems.conf
+conf=${CONF:-torch_fl/configs/backends_flaggems.conf}
 state=verify_routes.state.jsonl
 
 echo "== $(date -u +%FT%TZ) install carried wheels" | tee "$out/build.log"

@@ -3,6 +3,7 @@ profiler events, and concurrent dispatch through different routes."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -76,24 +77,27 @@ def test_operators_reach_the_router_under_their_own_name():
     assert routing.stats() == {}
 
 
-def _copy_fallback():
-    """The host-copy cpu_fallback (what device accelerators run), forced on for a block."""
-
-    class Forced:
-        def __enter__(self):
-            torch_fl._C._routing_set_force_copy_fallback(True)
-
-        def __exit__(self, *exc):
+@contextlib.contextmanager
+def _copy_fallback(*ops: str):
+    """The host-copy cpu_fallback (what device accelerators run), forced on for a block; `ops`
+    are routed to it for the block (on a device accelerator their default route is another)."""
+    with contextlib.ExitStack() as stack:
+        for op in ops:
+            stack.enter_context(routing.route(op, "cpu_fallback"))
+        torch_fl._C._routing_set_force_copy_fallback(True)
+        try:
+            yield
+        finally:
             torch_fl._C._routing_set_force_copy_fallback(False)
-
-    return Forced()
 
 
 def test_copy_fallback_semantics():
     g = torch.Generator().manual_seed(0)
     a_cpu, b_cpu = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
     a, b = a_cpu.to("flagos"), b_cpu.to("flagos")
-    with _copy_fallback():
+    ops = ("aten::add.Tensor", "aten::mul_.Tensor", "aten::add.out", "aten::index.Tensor")
+    with _copy_fallback(*ops, "aten::cat"):
+        routing.reset_stats()
         c = a + b
         torch.testing.assert_close(c.cpu(), a_cpu + b_cpu)
         assert c.device.type == "flagos"
@@ -106,6 +110,9 @@ def test_copy_fallback_semantics():
         idx = torch.tensor([4, 0], device="flagos")
         torch.testing.assert_close(b[idx].cpu(), b_cpu[idx.cpu()])
         torch.testing.assert_close(torch.cat([a, b]).cpu(), torch.cat([a_cpu * b_cpu, b_cpu]))
+        stats = routing.stats()
+        for op in ops:
+            assert stats[op] == {"cpu_fallback": 1}, op
 
 
 def test_strict_mode_turns_host_copies_into_errors():
@@ -113,8 +120,8 @@ def test_strict_mode_turns_host_copies_into_errors():
     assert not routing.strict(None)
     with routing.strict():
         assert routing.strict(None)
-        a + a  # cpu_fallback on the cpu accelerator is the native, zero-copy route: allowed
-        with _copy_fallback():
+        a + a  # the default route (on the cpu accelerator the zero-copy cpu_fallback): allowed
+        with _copy_fallback("aten::add.Tensor"):
             with pytest.raises(
                 RuntimeError,
                 match=r"strict mode: aten::add\.Tensor would run on "
@@ -134,7 +141,7 @@ def test_fallback_warning_once_per_operator(capfd):
     flags = torch_fl._C._routing_log_flags()
     torch_fl._C._routing_set_log_flags(4)  # FLAGOS_LOG=fallback
     try:
-        with _copy_fallback():
+        with _copy_fallback("aten::sigmoid"):
             for _ in range(3):
                 torch.sigmoid(a)
     finally:
