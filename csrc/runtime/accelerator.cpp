@@ -24,10 +24,17 @@ void check_device_index(c10::DeviceIndex index) {
           : "");
 }
 
-bool is_current_device(c10::DeviceIndex index) {
+namespace {
+// One device, and not in a bad fork (where the guard's read raises the error naming the fix):
+// the current device is flagos:0 without asking the runtime.
+bool only_device_zero() {
   static const bool single_device = accelerator().device_count() == 1;
-  // In a bad fork the guard's read raises the error that names the fix.
-  if (C10_LIKELY(single_device && !in_bad_fork())) {
+  return single_device && !in_bad_fork();
+}
+} // namespace
+
+bool is_current_device(c10::DeviceIndex index) {
+  if (C10_LIKELY(only_device_zero())) {
     return true;
   }
   return accelerator().guard().getDevice().index() == index;
@@ -35,7 +42,7 @@ bool is_current_device(c10::DeviceIndex index) {
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
   if (index < 0) {
-    return accelerator().guard().getDevice().index();
+    return only_device_zero() ? 0 : accelerator().guard().getDevice().index();
   }
   check_device_index(index);
   return index;

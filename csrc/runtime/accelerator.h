@@ -9,6 +9,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/DispatchKey.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -96,6 +97,20 @@ FLAGOS_API void check_device_index(c10::DeviceIndex index);
 // Whether flagos:index is the current device. Free on a one-device machine, where it always
 // is (reading it costs a CUDA runtime call on device accelerators).
 FLAGOS_API bool is_current_device(c10::DeviceIndex index);
+
+// Makes flagos:index current for a scope, switching only when it is not current (so never on a
+// one-device machine, where a device guard would cost three CUDA runtime calls).
+class DeviceScope {
+ public:
+  explicit DeviceScope(c10::DeviceIndex index) {
+    if (!is_current_device(index)) {
+      guard_.reset_device(c10::Device(c10::DeviceType::PrivateUse1, index));
+    }
+  }
+
+ private:
+  c10::OptionalDeviceGuard guard_;
+};
 
 // The flagos device index a tensor option or argument resolves to (-1 means current).
 FLAGOS_API c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);

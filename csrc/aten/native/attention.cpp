@@ -9,7 +9,6 @@
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_backward_ops.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_ops.h>
-#include <c10/core/DeviceGuard.h>
 
 namespace torch_fl::native {
 namespace {
@@ -91,7 +90,7 @@ int64_t fused_sdp_choice(
     }
     return alias;
   };
-  c10::DeviceGuard guard(query.device());
+  DeviceScope scope(query.device().index());
   // Straight to the native kernel, as SDPA reaches its stub for native tensors: a full
   // dispatcher call would add an operator (and a profiler event) per attention.
   const auto choice = at::_ops::_fused_sdp_choice::redispatch(
@@ -127,7 +126,7 @@ FlashOutputs fused_attention_overrideable(
       "flagos: _scaled_dot_product_fused_attention_overrideable runs the native flash-attention "
       "kernel, which takes no attention mask; scaled_dot_product_attention only picks it for "
       "inputs without one");
-  c10::DeviceGuard guard(query.device());
+  DeviceScope scope(query.device().index());
   auto [out, lse, cum_q, cum_k, max_q, max_k, seed, offset, debug] =
       at::_ops::_scaled_dot_product_flash_attention::call(
           native_alias(query),
@@ -169,7 +168,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_overr
     const at::Tensor& philox_seed,
     const at::Tensor& philox_offset,
     std::optional<double> scale) {
-  c10::DeviceGuard guard(query.device());
+  DeviceScope scope(query.device().index());
   const auto alias = [](const at::Tensor& t) { return t.defined() ? native_alias(t) : t; };
   auto [grad_q, grad_k, grad_v] = at::_ops::_scaled_dot_product_flash_attention_backward::call(
       native_alias(grad_out),

@@ -5,7 +5,6 @@
 
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
-#include <c10/core/DeviceGuard.h>
 
 #include <vector>
 
@@ -33,7 +32,7 @@ at::Tensor convolution_overrideable(
     bool transposed,
     at::IntArrayRef output_padding,
     int64_t groups) {
-  c10::DeviceGuard guard(input.device());
+  DeviceScope scope(input.device().index());
   std::optional<at::Tensor> native_bias;
   if (bias.has_value() && bias->defined()) {
     native_bias = native_alias(*bias);
@@ -64,7 +63,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     at::IntArrayRef output_padding,
     int64_t groups,
     std::array<bool, 3> output_mask) {
-  c10::DeviceGuard guard(input.device());
+  DeviceScope scope(input.device().index());
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
       contiguous_native(grad_output),
       contiguous_native(input),

@@ -11,7 +11,6 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/view_native.h>
-#include <c10/core/DeviceGuard.h>
 
 namespace torch_fl::native {
 namespace {
@@ -69,7 +68,7 @@ at::Tensor empty_memory_format(
     std::optional<at::MemoryFormat> memory_format) {
   check_factory_options(layout, pin_memory);
   const auto index = target_index(device);
-  c10::DeviceGuard guard(c10::Device(kFlagos, index));
+  DeviceScope scope(index);
   return at::detail::empty_generic(
       size,
       accelerator().device_allocator(),
@@ -87,7 +86,7 @@ at::Tensor empty_strided(
     std::optional<bool> pin_memory) {
   check_factory_options(layout, pin_memory);
   const auto index = target_index(device);
-  c10::DeviceGuard guard(c10::Device(kFlagos, index));
+  DeviceScope scope(index);
   return at::detail::empty_strided_generic(
       size,
       stride,
@@ -126,10 +125,16 @@ const at::Tensor& resize_(
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const auto& device_side = is_flagos(dst) ? dst : self;
-  c10::DeviceGuard guard(device_side.device());
+  DeviceScope scope(device_side.device().index());
   at::Tensor native_dst = is_flagos(dst) ? native_alias(dst) : dst;
-  const at::Tensor native_src = is_flagos(self) ? native_alias(self) : self;
+  at::Tensor native_src = is_flagos(self) ? native_alias(self) : self;
   native_dst.copy_(native_src, non_blocking);
+  if (is_flagos(dst)) {
+    release_alias(native_dst);
+  }
+  if (is_flagos(self)) {
+    release_alias(native_src);
+  }
   return dst;
 }
 
@@ -141,8 +146,11 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  c10::DeviceGuard guard(self.device());
-  return at::_local_scalar_dense(native_alias(self));
+  DeviceScope scope(self.device().index());
+  at::Tensor alias = native_alias(self);
+  at::Scalar value = at::_local_scalar_dense(alias);
+  release_alias(alias);
+  return value;
 }
 
 at::Tensor& set_storage(
