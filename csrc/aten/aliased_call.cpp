@@ -159,6 +159,8 @@ void prepare_call(
           auto mapped = to_native(t, a.written, mapping);
           if (a.written) {
             call.written.push_back({t, mapped});
+          } else if (mapping == Mapping::Alias) {
+            call.read.push_back(mapped);
           }
           v = std::move(mapped);
         }
@@ -303,6 +305,14 @@ void call_native(
     op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
   }
   finish_call(op, plan, stack, call);
+  if (mapping == Mapping::Alias) {
+    for (auto& alias : call.read) {
+      release_alias(alias);
+    }
+    for (auto& w : call.written) {
+      release_alias(w.mapped);
+    }
+  }
 }
 
 void call_native_aliased(

@@ -65,6 +65,8 @@ struct PreparedCall {
   // whose Python objects may outlive the call).
   bool relabel_in_place = false;
   c10::SmallVector<Written, 2> written;
+  // Aliases of read-only tensor arguments, handed back to the pool after the call.
+  c10::SmallVector<at::Tensor, 4> read;
   // The caller's IValues of written arguments, returned as the written results.
   c10::SmallVector<std::pair<uint16_t, c10::IValue>, 2> written_args;
 };
