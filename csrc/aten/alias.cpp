@@ -180,7 +180,14 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
 }
 
 void release_alias(at::Tensor& alias) noexcept {
-  if (!alias.defined() || alias_pool.size() == kAliasPoolCapacity || !recyclable(alias)) {
+  if (!alias.defined() || alias_pool.size() == kAliasPoolCapacity) {
+    return;
+  }
+  try {
+    if (!recyclable(alias)) {
+      return;
+    }
+  } catch (...) { // the first call makes the reference keys; if that fails, just do not pool
     return;
   }
   c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
