@@ -47,13 +47,11 @@ uint32_t weak_count(c10::StorageImpl* impl) {
   return count;
 }
 
-void copy_bits(c10::TensorImpl* dst, const c10::TensorImpl* src) {
-  if (src->is_conj()) {
-    dst->_set_conj(true);
-  }
-  if (src->is_neg()) {
-    dst->_set_neg(true);
-  }
+// Gives `dst` the shape and math bits of `src` (a fresh or a reused TensorImpl).
+void describe_like(c10::TensorImpl* dst, const c10::TensorImpl* src) {
+  dst->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  dst->_set_conj(src->is_conj());
+  dst->_set_neg(src->is_neg());
 }
 
 } // namespace
@@ -93,12 +91,6 @@ c10::DispatchKeySet fresh_alias_keys(bool inference) {
 c10::DataPtr alias_data_ptr(c10::StorageImpl* flagos, const c10::Device& native_device) {
   c10::raw::intrusive_ptr::incref(flagos);
   return c10::DataPtr(flagos->mutable_data(), flagos, &release_flagos_storage, native_device);
-}
-
-void describe_like(c10::TensorImpl* alias, const c10::TensorImpl* src) {
-  alias->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
-  alias->_set_conj(src->is_conj());
-  alias->_set_neg(src->is_neg());
 }
 
 // A pooled alias re-pointed at `flagos`, or an undefined tensor when the pool has none that
@@ -231,9 +223,7 @@ at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabe
       relabeler.to_flagos(native.storage()),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       native.dtype());
-  auto* impl = result.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
-  copy_bits(impl, src);
+  describe_like(result.unsafeGetTensorImpl(), src);
   return result;
 }
 

@@ -6,7 +6,6 @@
 #include "runtime/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/DeviceGuard.h>
 
 #include <optional>
 
@@ -159,7 +158,7 @@ void prepare_call(
           auto mapped = to_native(t, a.written, mapping);
           if (a.written) {
             call.written.push_back({t, mapped});
-          } else if (mapping == Mapping::Alias) {
+          } else if (call.release_aliases) {
             call.read.push_back(mapped);
           }
           v = std::move(mapped);
@@ -296,16 +295,14 @@ void call_native(
       " kernel and the installed torch has none for it");
   PreparedCall call;
   call.relabel_in_place = true;
+  call.release_aliases = mapping == Mapping::Alias;
   prepare_call(op, plan, stack, mapping, call);
   {
-    c10::OptionalDeviceGuard switch_device;
-    if (!is_current_device(call.index)) {
-      switch_device.reset_device(c10::Device(c10::DeviceType::PrivateUse1, call.index));
-    }
+    DeviceScope scope(call.index);
     op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
   }
   finish_call(op, plan, stack, call);
-  if (mapping == Mapping::Alias) {
+  if (call.release_aliases) {
     for (auto& alias : call.read) {
       release_alias(alias);
     }

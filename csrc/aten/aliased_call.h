@@ -64,8 +64,11 @@ struct PreparedCall {
   // Fresh native results may be re-labelled in place (not for results a Python kernel made,
   // whose Python objects may outlive the call).
   bool relabel_in_place = false;
+  // The caller hands the aliases back to the pool after the call (not for Python kernels:
+  // holding an alias while its Python object dies would keep that object alive).
+  bool release_aliases = false;
   c10::SmallVector<Written, 2> written;
-  // Aliases of read-only tensor arguments, handed back to the pool after the call.
+  // Aliases of read-only tensor arguments, kept when release_aliases is set.
   c10::SmallVector<at::Tensor, 4> read;
   // The caller's IValues of written arguments, returned as the written results.
   c10::SmallVector<std::pair<uint16_t, c10::IValue>, 2> written_args;

@@ -6,10 +6,7 @@
 #include "aten/routing/router.h"
 #include "runtime/accelerator.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
-
-#include <optional>
 
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -79,10 +76,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   // Python kernels (Triton) launch on the current native device and stream; flagos:N is native
   // device N and flagos streams are the native ones, so make the call's device current. Only
   // switch when it differs: the guard costs a device query and two sets.
-  std::optional<c10::DeviceGuard> on_device;
-  if (call.index >= 0 && !is_current_device(call.index)) {
-    on_device.emplace(c10::Device(c10::DeviceType::PrivateUse1, call.index));
-  }
+  DeviceScope scope(call.index);
   {
     py::gil_scoped_acquire gil;
     auto fn = py::reinterpret_borrow<py::object>(

@@ -99,11 +99,12 @@ FLAGOS_API void check_device_index(c10::DeviceIndex index);
 FLAGOS_API bool is_current_device(c10::DeviceIndex index);
 
 // Makes flagos:index current for a scope, switching only when it is not current (so never on a
-// one-device machine, where a device guard would cost three CUDA runtime calls).
+// one-device machine, where a device guard would cost three CUDA runtime calls). An unresolved
+// index (-1: the call named no device) leaves the current device as it is.
 class DeviceScope {
  public:
   explicit DeviceScope(c10::DeviceIndex index) {
-    if (!is_current_device(index)) {
+    if (index >= 0 && !is_current_device(index)) {
       guard_.reset_device(c10::Device(c10::DeviceType::PrivateUse1, index));
     }
   }

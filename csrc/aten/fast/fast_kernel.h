@@ -38,7 +38,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/boxing/impl/boxing.h>
 #include <ATen/record_function.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -103,10 +102,7 @@ inline bool is_flagos(const at::Tensor& t) {
 // Runs fn with flagos:index current, switching only when it is not (as call_native does).
 template <class F>
 decltype(auto) on_device(c10::DeviceIndex index, F&& fn) {
-  if (C10_LIKELY(is_current_device(index))) {
-    return fn();
-  }
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
+  DeviceScope scope(index);
   return fn();
 }
 
