@@ -6,6 +6,8 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <typeinfo>
+
 namespace torch_fl {
 namespace {
 
@@ -54,6 +56,44 @@ void describe_like(c10::TensorImpl* dst, const c10::TensorImpl* src) {
   dst->_set_neg(src->is_neg());
 }
 
+// The TensorImpl of a native alias. A subclass only to reach TensorImpl's protected layout
+// fields: an alias copies what its flagos tensor has already worked out (sizes, strides,
+// numel and the contiguity flags) where set_sizes_and_strides would derive it all again; that
+// was half the cost of an alias. Kernels see a plain TensorImpl (nothing is overridden).
+class AliasImpl final : public c10::TensorImpl {
+ public:
+  using c10::TensorImpl::TensorImpl;
+
+  void describe_like(const c10::TensorImpl& src) {
+    // Pointers to members, formed through this class, read the protected fields of any
+    // TensorImpl (C++ allows it for pointers to members only).
+    constexpr auto policy_at_least = &AliasImpl::matches_policy;
+    if (src.has_symbolic_sizes_strides() ||
+        (src.*policy_at_least)(SizesStridesPolicy::CustomStrides)) {
+      torch_fl::describe_like(this, &src); // its getters may be overridden: ask them
+      return;
+    }
+    constexpr auto sizes_and_strides = &AliasImpl::sizes_and_strides_;
+    constexpr auto numel = &AliasImpl::numel_;
+    sizes_and_strides_ = src.*sizes_and_strides;
+    numel_ = src.*numel;
+    storage_offset_ = src.storage_offset();
+    is_contiguous_ = src.is_contiguous(c10::MemoryFormat::Contiguous);
+    is_channels_last_contiguous_ = src.is_contiguous(c10::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_contiguous_ = src.is_contiguous(c10::MemoryFormat::ChannelsLast3d);
+    is_channels_last_ = src.is_strides_like(c10::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_ = src.is_strides_like(c10::MemoryFormat::ChannelsLast3d);
+    is_non_overlapping_and_dense_ = src.is_non_overlapping_and_dense();
+    _set_conj(src.is_conj());
+    _set_neg(src.is_neg());
+  }
+};
+
+void describe_alias(c10::TensorImpl* alias, const c10::TensorImpl* src) {
+  // Every alias is made by native_alias as an AliasImpl.
+  static_cast<AliasImpl*>(alias)->describe_like(*src);
+}
+
 } // namespace
 
 bool is_native_alias_storage(const c10::Storage& storage) {
@@ -67,8 +107,42 @@ namespace {
 // hands them back (release_alias) when nothing else holds them, with their memory reference
 // dropped, and the next alias of this thread reuses them. A pooled alias therefore keeps no
 // flagos memory alive, and no other thread ever sees it.
+//
+// The pool is plain data (trivially destructible), so reaching it is one thread-local lookup
+// with no initialisation guard; a second thread-local, touched once per thread, frees what is
+// left in it when the thread exits.
 constexpr size_t kAliasPoolCapacity = 16;
-thread_local c10::SmallVector<at::Tensor, kAliasPoolCapacity> alias_pool;
+
+struct AliasPool {
+  c10::TensorImpl* slots[kAliasPoolCapacity]; // each holds one reference
+  uint8_t size;
+  bool cleanup_registered;
+
+  at::Tensor pop() {
+    return at::Tensor(
+        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(slots[--size]));
+  }
+  void push(at::Tensor&& alias);
+};
+thread_local AliasPool alias_pool{};
+
+struct AliasPoolCleanup {
+  ~AliasPoolCleanup() {
+    auto& pool = alias_pool;
+    while (pool.size > 0) {
+      pool.pop();
+    }
+  }
+};
+
+void AliasPool::push(at::Tensor&& alias) {
+  if (C10_UNLIKELY(!cleanup_registered)) {
+    static thread_local AliasPoolCleanup cleanup; // registers its destructor for this thread
+    (void)cleanup;
+    cleanup_registered = true;
+  }
+  slots[size++] = alias.unsafeReleaseTensorImpl();
+}
 
 // The dispatch keys a fresh alias gets in and out of inference mode; a pooled alias must
 // still have them (nothing added a Python key, autograd keys or others).
@@ -96,11 +170,11 @@ c10::DataPtr alias_data_ptr(c10::StorageImpl* flagos, const c10::Device& native_
 // A pooled alias re-pointed at `flagos`, or an undefined tensor when the pool has none that
 // fits (same native device, same inference mode).
 at::Tensor reuse_alias(const at::Tensor& flagos, const c10::Device& native_device, bool resizable) {
-  if (alias_pool.empty()) {
+  auto& pool = alias_pool;
+  if (pool.size == 0) {
     return {};
   }
-  at::Tensor alias = std::move(alias_pool.back());
-  alias_pool.pop_back();
+  at::Tensor alias = pool.pop();
   auto* impl = alias.unsafeGetTensorImpl();
   if (impl->device() != native_device || impl->is_inference() != c10::InferenceMode::is_enabled()) {
     return {};
@@ -117,7 +191,7 @@ at::Tensor reuse_alias(const at::Tensor& flagos, const c10::Device& native_devic
   if (impl->dtype() != flagos.dtype()) {
     impl->set_storage_and_dtype(impl->storage(), flagos.dtype());
   }
-  describe_like(impl, src);
+  describe_alias(impl, src);
   return alias;
 }
 
@@ -125,7 +199,8 @@ at::Tensor reuse_alias(const at::Tensor& flagos, const c10::Device& native_devic
 // would not have: then it can be emptied and pooled.
 bool recyclable(const at::Tensor& alias) {
   auto* impl = alias.unsafeGetTensorImpl();
-  if (alias.use_count() != 1 || alias.weak_use_count() != 1 || !impl->has_storage()) {
+  if (alias.use_count() != 1 || alias.weak_use_count() != 1 || !impl->has_storage() ||
+      typeid(*impl) != typeid(AliasImpl)) {
     return false;
   }
   const c10::Storage& storage = impl->storage();
@@ -135,9 +210,8 @@ bool recyclable(const at::Tensor& alias) {
           simpl->data_ptr().get() == nullptr) &&
          impl->key_set() == fresh_alias_keys(impl->is_inference()) &&
          impl->autograd_meta() == nullptr && !impl->is_wrapped_number() &&
-         impl->allow_tensor_metadata_change() && impl->layout() == c10::kStrided &&
-         !impl->has_symbolic_sizes_strides() && impl->get_backend_meta() == nullptr &&
-         impl->pyobj_slot()->load_pyobj() == nullptr &&
+         impl->allow_tensor_metadata_change() && !impl->has_symbolic_sizes_strides() &&
+         impl->get_backend_meta() == nullptr && impl->pyobj_slot()->load_pyobj() == nullptr &&
          simpl->pyobj_slot()->load_pyobj() == nullptr;
 }
 
@@ -163,16 +237,17 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
       std::move(data),
       resizable ? accel.native_allocator() : nullptr,
       resizable);
-  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+  auto alias = at::detail::make_tensor<AliasImpl>(
       c10::Storage(std::move(alias_storage)),
       c10::DispatchKeySet(accel.native_dispatch_key()),
       flagos.dtype());
-  describe_like(alias.unsafeGetTensorImpl(), src);
+  describe_alias(alias.unsafeGetTensorImpl(), src);
   return alias;
 }
 
 void release_alias(at::Tensor& alias) noexcept {
-  if (!alias.defined() || alias_pool.size() == kAliasPoolCapacity) {
+  auto& pool = alias_pool;
+  if (!alias.defined() || pool.size == kAliasPoolCapacity) {
     return;
   }
   try {
@@ -185,7 +260,7 @@ void release_alias(at::Tensor& alias) noexcept {
   c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
   // Drops the reference on the flagos storage now, not when the alias is next used.
   storage->set_data_ptr_noswap(c10::DataPtr(nullptr, storage->device()));
-  alias_pool.push_back(std::move(alias));
+  pool.push(std::move(alias));
 }
 
 c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {

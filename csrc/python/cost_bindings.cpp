@@ -63,7 +63,8 @@ std::map<std::string, double> route_part_costs(
        }},
       {"flagos view of native (make + free)", [&] { flagos_view_of_native(native, index); }},
       {"current device", [&] { accel.guard().getDevice(); }},
-      {"profiler callback check", [&] { at::hasCallbacks(); }},
+      {"profiler callback check",
+       [&] { at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION); }},
       {"native empty (make + free)", [&] { at::empty(sizes, native_options); }},
       {"native empty + relabel in place",
        [&] {

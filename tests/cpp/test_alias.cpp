@@ -53,6 +53,48 @@ TEST(NativeAlias, KeepsTheFlagosStorageAlive) {
   EXPECT_EQ(allocated_bytes(0), allocated - 512); // 24 floats, one 512-byte block
 }
 
+// An alias copies its source's layout facts instead of deriving them again: they must equal
+// what torch derives for the same sizes and strides, for every memory format, fresh or reused.
+TEST(NativeAlias, LayoutFactsMatchTorchsOwn) {
+  const at::Tensor base = at::arange(2 * 3 * 4 * 5 * 6, at::TensorOptions().dtype(at::kFloat));
+  const std::vector<at::Tensor> sources = {
+      base.view({2, 3, 4, 5, 6}).to(flagos(0)),
+      base.view({2, 3, 4, 5, 6}).to(flagos(0)).contiguous(at::MemoryFormat::ChannelsLast3d),
+      base.view({6, 4, 5, 6}).to(flagos(0)).contiguous(at::MemoryFormat::ChannelsLast),
+      base.view({6, 4, 5, 6}).to(flagos(0)).transpose(1, 3),
+      base.view({30, 24}).to(flagos(0)).t(),
+      base.view({30, 24}).to(flagos(0)).slice(1, 2, 20, 3),
+      base.to(flagos(0)).as_strided({4, 4}, {0, 1}), // overlapping
+      base.to(flagos(0)).select(0, 7),               // 0-dim, offset 7
+      base.to(flagos(0)).narrow(0, 0, 0),            // empty
+  };
+  for (int round = 0; round < 2; ++round) { // round 1 reuses pooled aliases
+    for (const at::Tensor& f : sources) {
+      at::Tensor n = native_alias(f);
+      // The reference: a fresh CPU tensor given the same geometry by torch itself.
+      const at::Tensor ref = at::empty({0}).set_(
+          c10::Storage(n.storage()), f.storage_offset(), f.sizes(), f.strides());
+      EXPECT_EQ(n.sizes(), ref.sizes());
+      EXPECT_EQ(n.strides(), ref.strides());
+      EXPECT_EQ(n.numel(), ref.numel());
+      EXPECT_EQ(n.storage_offset(), ref.storage_offset());
+      for (auto format :
+           {at::MemoryFormat::Contiguous,
+            at::MemoryFormat::ChannelsLast,
+            at::MemoryFormat::ChannelsLast3d}) {
+        EXPECT_EQ(n.is_contiguous(format), ref.is_contiguous(format)) << f.sizes();
+        EXPECT_EQ(
+            n.unsafeGetTensorImpl()->is_strides_like(format),
+            ref.unsafeGetTensorImpl()->is_strides_like(format))
+            << f.sizes();
+      }
+      EXPECT_EQ(n.is_non_overlapping_and_dense(), ref.is_non_overlapping_and_dense()) << f.sizes();
+      EXPECT_EQ(n.suggest_memory_format(), ref.suggest_memory_format()) << f.sizes();
+      release_alias(n);
+    }
+  }
+}
+
 TEST(NativeAlias, AliasStorageIsRecognised) {
   at::Tensor f = filled_flagos(0);
   at::Tensor n = native_alias(f);

@@ -34,12 +34,8 @@ OpInfo make_info(const char* name, const char* overload, size_t num_args) {
   return info;
 }
 
-void RouteEvent::start(uint8_t route) {
-  auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
-  if (!callbacks) {
-    return;
-  }
-  event_.emplace(std::move(*callbacks));
+void RouteEvent::start(uint8_t route, at::StepCallbacks&& callbacks) {
+  event_.emplace(std::move(callbacks));
   if (event_->isActive()) {
     event_->before(routing::route_event_name(static_cast<routing::Route>(route)));
   }

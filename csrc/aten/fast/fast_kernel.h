@@ -79,16 +79,19 @@ inline const c10::BoxedKernel& boxed_router() {
 }
 
 // The `flagos::<route>` profiler event; free when no RecordFunction callback is registered.
+// The check is the dispatcher's own per-operator one (a thread-local read): at::hasCallbacks()
+// would copy the global callback list under a mutex on every call.
 class RouteEvent {
  public:
   explicit RouteEvent(uint8_t route) {
-    if (C10_UNLIKELY(at::hasCallbacks())) {
-      start(route);
+    auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
+    if (C10_UNLIKELY(callbacks.has_value())) {
+      start(route, std::move(*callbacks));
     }
   }
 
  private:
-  FLAGOS_API void start(uint8_t route);
+  FLAGOS_API void start(uint8_t route, at::StepCallbacks&& callbacks);
   std::optional<at::RecordFunction> event_;
 };
 

@@ -25,11 +25,6 @@ size_t round_size(size_t nbytes) {
   return (nbytes + kRound - 1) / kRound * kRound;
 }
 
-// An adopted native allocation is its own segment: it counts as allocated, active, reserved
-// and requested at once. `update` is increase() or decrease().
-void account_adopted(
-    c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, void (*update)(Stat&, size_t));
-
 // Every per-pool statistic of `stats` (counts and bytes), for the resets.
 template <typename F>
 void for_each_stat(c10::CachingDeviceAllocator::DeviceStats& stats, F f) {
@@ -55,8 +50,12 @@ void for_pools(size_t size, F f) {
   f(static_cast<size_t>(size < kSmallLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL));
 }
 
+// An adopted native allocation is its own segment: it counts as allocated, active, reserved
+// and requested at once. `update` is increase or decrease (a functor, so it inlines: this runs
+// for every result a routed call returns, and again when it is freed).
+template <typename Update>
 void account_adopted(
-    c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, void (*update)(Stat&, size_t)) {
+    c10::CachingDeviceAllocator::DeviceStats& stats, size_t nbytes, Update update) {
   for_pools(nbytes, [&](size_t p) {
     for (Stat* s : {&stats.allocation[p], &stats.active[p], &stats.segment[p]}) {
       update(*s, 1);
@@ -249,7 +248,7 @@ c10::DataPtr CpuDeviceAllocator::adopt(
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_alloc += 1;
-    account_adopted(st.stats, nbytes, &increase);
+    account_adopted(st.stats, nbytes, [](Stat& s, size_t n) { increase(s, n); });
   }
   auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
   return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
@@ -261,7 +260,7 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_free += 1;
-    account_adopted(st.stats, adopted->size, &decrease);
+    account_adopted(st.stats, adopted->size, [](Stat& s, size_t n) { decrease(s, n); });
   }
   delete adopted; // releases the native allocation
 }
