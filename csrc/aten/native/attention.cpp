@@ -91,18 +91,31 @@ int64_t fused_sdp_choice(
     return alias;
   };
   DeviceScope scope(query.device().index());
+  at::Tensor q = as_native(query);
+  at::Tensor k = as_native(key);
+  at::Tensor v = as_native(value);
+  std::optional<at::Tensor> m =
+      mask ? std::optional<at::Tensor>(as_native(*attn_mask)) : std::nullopt;
   // Straight to the native kernel, as SDPA reaches its stub for native tensors: a full
   // dispatcher call would add an operator (and a profiler event) per attention.
   const auto choice = at::_ops::_fused_sdp_choice::redispatch(
       c10::DispatchKeySet(accelerator().native_dispatch_key()),
-      as_native(query),
-      as_native(key),
-      as_native(value),
-      mask ? std::optional<at::Tensor>(as_native(*attn_mask)) : std::nullopt,
+      q,
+      k,
+      v,
+      m,
       dropout_p,
       is_causal,
       scale,
       enable_gqa);
+  if (real) { // the choice only read them: the aliases go back to this thread's pool
+    for (at::Tensor* alias : {&q, &k, &v}) {
+      release_alias(*alias); // (one given requires_grad is not pooled: it has autograd state)
+    }
+    if (m.has_value()) {
+      release_alias(*m);
+    }
+  }
   const bool device_accelerator = accelerator().native_device_type() != c10::DeviceType::CPU;
   if (device_accelerator && choice == static_cast<int64_t>(at::SDPBackend::flash_attention)) {
     return static_cast<int64_t>(
