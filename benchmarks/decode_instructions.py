@@ -1,0 +1,122 @@
+"""Instructions a greedy decode executes on flagos against the native device (callgrind).
+
+    python benchmarks/decode_instructions.py [--tokens 8] [--decodes 2] [--native cpu]
+
+Host time per routed call is noisy (processes and leases differ by more than the effect);
+instruction counts are not. Each device runs in its own child process under valgrind's
+callgrind with instrumentation off until the model is built and warmed up, then on for the
+timed decodes only (`callgrind_control -i on`). A third child, without valgrind, counts the
+routed calls of the same decodes (torch_fl.routing.stats). Prints the instructions of each side,
+flagos's extra per forward and per routed call. Needs valgrind; runs for a few minutes. The GPT-2
+config is the one of transformer_e2e.py; one intra-op thread, so thread pools do not spin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def build(device: str):  # noqa: ANN201 - (model, prompt)
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import torch_fl  # noqa: F401
+
+    torch.set_num_threads(1)
+    config = GPT2Config(vocab_size=8192, n_positions=256, n_layer=4, n_embd=256, n_head=4)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).to(device).eval()
+    return model, torch.randint(0, config.vocab_size, (1, 32)).to(device)
+
+
+def decode(model, prompt, tokens: int) -> None:  # noqa: ANN001
+    import torch
+
+    with torch.no_grad():
+        model.generate(
+            prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0
+        )
+
+
+def child(device: str, tokens: int, decodes: int, count_routes: bool) -> None:
+    import torch_fl
+
+    model, prompt = build(device)
+    for _ in range(2):
+        decode(model, prompt, tokens)
+    if count_routes:
+        torch_fl.routing.reset_stats()
+    else:
+        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True)
+    for _ in range(decodes):
+        decode(model, prompt, tokens)
+    if count_routes:
+        stats = torch_fl.routing.stats()
+        print("ROUTED", sum(sum(v.values()) for v in stats.values()))
+
+
+def instructions(device: str, args: argparse.Namespace) -> int:
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        device,
+        "--tokens",
+        str(args.tokens),
+        "--decodes",
+        str(args.decodes),
+    ]
+    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+    found = re.search(r"Collected : (\d+)", out)
+    if not found:
+        raise SystemExit(f"no instruction count from callgrind for {device}:\n{out[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--decodes", type=int, default=2)
+    parser.add_argument("--native", default="cpu")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--count-routes", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.tokens, args.decodes, args.count_routes)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("needs valgrind (apt-get install valgrind)")
+    counted = subprocess.run(
+        [sys.executable, __file__, "--child", "flagos", "--count-routes"]
+        + ["--tokens", str(args.tokens), "--decodes", str(args.decodes)],
+        env=dict(os.environ, TRANSFORMERS_VERBOSITY="error"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    routed = int(re.search(r"ROUTED (\d+)", counted).group(1))
+    flagos = instructions("flagos", args)
+    native = instructions(args.native, args)
+    forwards = args.tokens * args.decodes
+    extra = flagos - native
+    print(f"greedy decode, {args.decodes} x {args.tokens} tokens ({forwards} forwards)")
+    print(f"instructions on flagos      {flagos:>15,}")
+    print(f"instructions on {args.native:<11} {native:>15,}")
+    print(f"flagos extra                {extra:>15,} ({extra / native:.2%})")
+    print(f"  per forward               {extra / forwards:>15,.0f}")
+    per_call = f"{extra / routed:>15,.0f}"
+    print(f"  per routed call           {per_call} ({routed / forwards:.0f} a forward)")
+
+
+if __name__ == "__main__":
+    main()
