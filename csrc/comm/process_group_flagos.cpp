@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <utility>
 
 namespace torch_fl::comm {
@@ -26,10 +28,19 @@ const char* path_name(TensorPath path) {
   return path == TensorPath::ZeroCopy ? "zero_copy" : "host_staged";
 }
 
+// Works outlive their group and read its tier's name only for messages: they point at one
+// process-wide copy rather than copy the string on every call. Never shrinks (a few names).
+const char* interned_name(const std::string& name) {
+  static std::mutex mutex;
+  static auto* names = new std::set<std::string>(); // leaked: works may die after exit hooks
+  std::lock_guard<std::mutex> lock(mutex);
+  return names->insert(name).first->c_str();
+}
+
 // Where a work came from, formatted only when an error needs it.
 struct WorkContext {
   const char* op;
-  std::string tier;
+  const char* tier; // interned: see interned_name
   TensorPath path;
   int rank;
   int size;
@@ -88,6 +99,8 @@ struct Completion {
 
 // The flagos tensors a work reports (Work::result() and its future's value): usually one.
 using Results = c10::SmallVector<at::Tensor, 2>;
+// The native aliases a zero-copy call handed the inner backend.
+using Aliases = c10::SmallVector<at::Tensor, 2>;
 
 std::vector<c10::Device> flagos_devices(c10::ArrayRef<at::Tensor> tensors) {
   std::vector<c10::Device> devices;
@@ -106,14 +119,26 @@ class FlagOSWork final : public c10d::Work {
       int rank,
       c10d::OpType type,
       c10::intrusive_ptr<c10d::Work> inner,
-      Results results,
+      Results&& results,
       std::shared_ptr<Completion> completion,
-      WorkContext context)
+      WorkContext context,
+      Aliases&& aliases = {})
       : c10d::Work(rank, type),
         inner_(std::move(inner)),
         results_(std::move(results)),
+        aliases_(std::move(aliases)),
         completion_(std::move(completion)),
         context_(std::move(context)) {}
+
+  // The inner work keeps the aliases until it is destroyed (NCCL's outputs); once it is gone
+  // they are handed back, so the next call of this thread reuses them instead of building
+  // new ones. An alias something else still holds is left alone (release_alias checks).
+  ~FlagOSWork() override {
+    inner_.reset();
+    for (auto& alias : aliases_) {
+      release_alias(alias);
+    }
+  }
 
   bool isCompleted() override {
     if (!inner_->isCompleted()) {
@@ -225,6 +250,7 @@ class FlagOSWork final : public c10d::Work {
 
   c10::intrusive_ptr<c10d::Work> inner_;
   Results results_;
+  Aliases aliases_;
   std::shared_ptr<Completion> completion_; // null when there is nothing to finish
   WorkContext context_;
   std::mutex future_mutex_;
@@ -352,7 +378,7 @@ class Call {
   }
 
   WorkContext work_context() const {
-    return WorkContext{op_, pg_.tier_, pg_.path_, pg_.getRank(), pg_.getSize()};
+    return WorkContext{op_, pg_.tier_name_, pg_.path_, pg_.getRank(), pg_.getSize()};
   }
 
   std::string context() const {
@@ -462,7 +488,7 @@ class Call {
   // A flagos tensor the collective reads.
   at::Tensor in(const at::Tensor& t, const char* what = "input") {
     check(t, what);
-    return pg_.path_ == TensorPath::ZeroCopy ? native_alias(t) : staged_copy(t);
+    return pg_.path_ == TensorPath::ZeroCopy ? zero_copy(t) : staged_copy(t);
   }
 
   // A flagos tensor the collective writes without reading it.
@@ -470,7 +496,7 @@ class Call {
     check(t, what);
     results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
-      return native_alias(t);
+      return zero_copy(t);
     }
     auto alias = native_alias(t);
     auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
@@ -483,7 +509,7 @@ class Call {
     check(t, what);
     results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
-      return native_alias(t);
+      return zero_copy(t);
     }
     auto staged = staged_copy(t);
     completion().copy_backs.emplace_back(t, staged);
@@ -587,7 +613,8 @@ class Call {
         std::move(inner),
         std::move(results_),
         std::move(completion_),
-        work_context());
+        work_context(),
+        std::move(aliases_));
     if (pg_.coalescing_ && !pg_.native_coalescing_) {
       pg_.coalesced_works_.push_back(work);
     }
@@ -599,6 +626,10 @@ class Call {
   }
 
  private:
+  at::Tensor zero_copy(const at::Tensor& t) {
+    return aliases_.emplace_back(native_alias(t));
+  }
+
   at::Tensor staged_copy(const at::Tensor& t) {
     auto alias = native_alias(t);
     auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
@@ -617,6 +648,7 @@ class Call {
   ProcessGroupFlagOS& pg_;
   const char* op_;
   Results results_;
+  Aliases aliases_;
   std::shared_ptr<Completion> completion_; // made by the first output that needs finishing
   std::optional<c10::Device> device_;
 };
@@ -626,6 +658,7 @@ ProcessGroupFlagOS::ProcessGroupFlagOS(
     : c10d::Backend(inner ? inner->getRank() : -1, inner ? inner->getSize() : -1),
       inner_(std::move(inner)),
       tier_(std::move(tier)),
+      tier_name_(interned_name(tier_)),
       path_(path) {
   TORCH_CHECK(inner_, "ProcessGroupFlagOS needs an inner backend");
   TORCH_CHECK(
@@ -692,7 +725,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
       std::move(inner),
       Results(results.begin(), results.end()),
       nullptr,
-      WorkContext{"coalesced collectives", tier_, path_, getRank(), getSize()});
+      WorkContext{"coalesced collectives", tier_name_, path_, getRank(), getSize()});
 }
 
 void ProcessGroupFlagOS::setTimeout(std::chrono::milliseconds timeout) {

@@ -151,6 +151,7 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Backend> inner_;
   std::string tier_;
+  const char* tier_name_; // tier_, interned for works (see interned_name)
   TensorPath path_;
   std::string profile_;
   Reasons skip_reasons_;
