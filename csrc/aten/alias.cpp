@@ -87,7 +87,57 @@ class AliasImpl final : public c10::TensorImpl {
     _set_conj(src.is_conj());
     _set_neg(src.is_neg());
   }
+
+  // Makes a native tensor a flagos:index one after its storage was adopted: what
+  // set_storage_keep_dtype and _change_backend_component_keys do, but for a tensor with the keys
+  // of a fresh native tensor (a kernel's usual result) written straight from the keys of a fresh
+  // flagos tensor, which costs a fraction of working them out per call.
+  static void relabel_as_flagos(c10::TensorImpl& impl, c10::Device device);
 };
+
+// The dispatch keys a fresh tensor of `device` gets out of and in inference mode.
+struct FreshKeys {
+  c10::DispatchKeySet normal;
+  c10::DispatchKeySet inference;
+};
+
+FreshKeys fresh_keys(c10::DispatchKey backend, c10::Device device) {
+  auto make = [&] {
+    return c10::make_intrusive<c10::TensorImpl>(
+               c10::DispatchKeySet(backend), caffe2::TypeMeta::Make<float>(), device)
+        ->key_set();
+  };
+  const c10::DispatchKeySet normal = make();
+  c10::InferenceMode inference_mode;
+  return FreshKeys{normal, make()};
+}
+
+const FreshKeys& fresh_native_keys() {
+  static const FreshKeys keys =
+      fresh_keys(accelerator().native_dispatch_key(), accelerator().native_device(0));
+  return keys;
+}
+
+const FreshKeys& fresh_flagos_keys() {
+  static const FreshKeys keys =
+      fresh_keys(c10::DispatchKey::PrivateUse1, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  return keys;
+}
+
+void AliasImpl::relabel_as_flagos(c10::TensorImpl& impl, c10::Device device) {
+  constexpr auto key_set = &AliasImpl::key_set_;
+  constexpr auto device_opt = &AliasImpl::device_opt_;
+  const c10::DispatchKeySet keys = impl.key_set();
+  const FreshKeys& native = fresh_native_keys();
+  if (keys == native.normal) {
+    impl.*key_set = fresh_flagos_keys().normal;
+  } else if (keys == native.inference) {
+    impl.*key_set = fresh_flagos_keys().inference;
+  } else {
+    impl._change_backend_component_keys(device); // other keys (Python, functorch, ...): keep them
+  }
+  impl.*device_opt = device;
+}
 
 void describe_alias(c10::TensorImpl* alias, const c10::TensorImpl* src) {
   // Every alias is made by native_alias as an AliasImpl.
@@ -147,19 +197,8 @@ void AliasPool::push(at::Tensor&& alias) {
 // The dispatch keys a fresh alias gets in and out of inference mode; a pooled alias must
 // still have them (nothing added a Python key, autograd keys or others).
 c10::DispatchKeySet fresh_alias_keys(bool inference) {
-  static const auto keys = [] {
-    auto& accel = accelerator();
-    const c10::DispatchKeySet backend(accel.native_dispatch_key());
-    const c10::Device device = accel.native_device(0);
-    auto make = [&] {
-      return c10::make_intrusive<c10::TensorImpl>(backend, caffe2::TypeMeta::Make<float>(), device)
-          ->key_set();
-    };
-    const c10::DispatchKeySet normal = make();
-    c10::InferenceMode inference_mode;
-    return std::pair(normal, make());
-  }();
-  return inference ? keys.second : keys.first;
+  const FreshKeys& keys = fresh_native_keys();
+  return inference ? keys.inference : keys.normal;
 }
 
 c10::DataPtr alias_data_ptr(c10::StorageImpl* flagos, const c10::Device& native_device) {
@@ -329,8 +368,7 @@ bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
   const size_t nbytes = simpl->nbytes();
   simpl->set_data_ptr_noswap(accel.adopt_native(take_native_memory(storage), nbytes, index));
   simpl->set_allocator(accel.device_allocator());
-  impl->set_storage_keep_dtype(storage); // refreshes the tensor's device from the storage
-  impl->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, index));
+  AliasImpl::relabel_as_flagos(*impl, c10::Device(c10::DeviceType::PrivateUse1, index));
   return true;
 }
 

@@ -6,6 +6,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
+
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -218,6 +221,44 @@ TEST(RelabelFreshInPlace, AFreshResultBecomesFlagosWithoutANewTensor) {
   EXPECT_TRUE(at::equal(t.cpu(), at::arange(6, at::TensorOptions().dtype(at::kFloat)) * 3));
   t.reset();
   EXPECT_EQ(allocated_bytes(1), before);
+}
+
+// The keys and device relabelling writes are the ones torch's own calls would give the tensor
+// (set_storage_keep_dtype with the adopted storage, then _change_backend_component_keys), for
+// fresh results in and out of inference mode and for a result with an extra key.
+TEST(RelabelFreshInPlace, KeysAndDeviceMatchTorchsOwnRelabelling) {
+  auto torchs_own = [](const at::Tensor& native, c10::DeviceIndex index) {
+    auto twin =
+        c10::make_intrusive<c10::TensorImpl>(native.key_set(), native.dtype(), native.device());
+    twin->set_python_dispatch(native.key_set().has(c10::DispatchKey::Python));
+    twin->set_storage_keep_dtype(at::empty({1}, on_flagos(index)).storage());
+    twin->_change_backend_component_keys(flagos(index));
+    return std::pair(twin->key_set(), twin->device());
+  };
+  for (const bool inference : {false, true}) {
+    std::optional<c10::InferenceMode> mode;
+    if (inference) {
+      mode.emplace();
+    }
+    for (const c10::DeviceIndex index : {0, 1}) {
+      at::Tensor t = at::ones({3}) * 2;
+      const auto [keys, device] = torchs_own(t, index);
+      ASSERT_TRUE(relabel_fresh_in_place(t, index));
+      EXPECT_EQ(t.key_set(), keys) << "inference " << inference;
+      EXPECT_EQ(t.device(), device);
+      EXPECT_EQ(t.is_inference(), inference);
+      EXPECT_TRUE(at::equal(t.cpu(), at::full({3}, 2.0)));
+    }
+  }
+  // A key a fresh tensor does not have (here Python's) takes torch's own path and is kept.
+  at::Tensor marked = at::ones({2});
+  marked.unsafeGetTensorImpl()->set_python_dispatch(true);
+  const auto [keys, device] = torchs_own(marked, 0);
+  ASSERT_TRUE(relabel_fresh_in_place(marked, 0));
+  EXPECT_EQ(marked.key_set(), keys);
+  EXPECT_TRUE(marked.key_set().has(c10::DispatchKey::Python));
+  EXPECT_EQ(marked.device(), device);
+  marked.unsafeGetTensorImpl()->set_python_dispatch(false);
 }
 
 TEST(RelabelFreshInPlace, ATensorOrStorageReferencedElsewhereIsLeftAlone) {
