@@ -181,3 +181,29 @@ def test_detach_shares_storage() -> None:
     assert d.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     d.zero_()
     assert float(x.detach().sum()) == 0.0
+
+
+def test_native_and_flagos_views_share_memory_both_ways() -> None:
+    # The zero-copy bridges other components use (_flagos_to_cuda_view on CUDA builds). The
+    # native tensor keeps its memory: the flagos view shares it, never takes it over.
+    import torch_fl
+
+    native_type = torch_fl._C._native_device_type()
+    expected = torch.arange(6.0).reshape(2, 3)
+    native = expected.clone().to(native_type)
+    as_flagos = torch_fl._C._native_to_flagos_view(native, 0)
+    assert as_flagos.device == torch.device("flagos", 0)
+    assert as_flagos.data_ptr() == native.data_ptr()
+    torch.testing.assert_close(native.cpu(), expected)
+    as_flagos.mul_(2)
+    torch.testing.assert_close(native.cpu(), expected * 2)
+    back = torch_fl._C._flagos_to_native_view(as_flagos)
+    assert back.device.type == native_type and back.data_ptr() == native.data_ptr()
+    back.add_(1)
+    torch.testing.assert_close(as_flagos.cpu(), expected * 2 + 1)
+    del native, back  # the flagos view keeps the memory alive
+    torch.testing.assert_close(as_flagos.cpu(), expected * 2 + 1)
+    with pytest.raises(RuntimeError, match="_native_to_flagos_view expects a"):
+        torch_fl._C._native_to_flagos_view(as_flagos, 0)
+    with pytest.raises(RuntimeError, match="_flagos_to_native_view expects a flagos tensor"):
+        torch_fl._C._flagos_to_native_view(expected)
