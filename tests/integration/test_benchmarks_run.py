@@ -1,0 +1,52 @@
+"""Every benchmark still runs, on the accelerator of the build, with tiny arguments.
+
+Benchmarks measure and print ratios; nothing here looks at their timings (performance claims
+live in docs/performance.md). This only keeps them from rotting: each runs in its own process,
+exits 0 and prints the line its readers look for (a regular expression here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+
+CASES = [
+    ("dispatch_overhead.py", ["--reps", "2", "--calls", "2"], "geomean"),
+    ("route_costs.py", ["--iterations", "20", "--rounds", "1"], "flagos extra per call"),
+    ("comm_wrapper_cost.py", ["--calls", "20", "--rounds", "1"], "wrapper cost"),
+    ("allreduce_bandwidth.py", ["--rounds", "1", "--sizes", "1M"], "ratio"),
+    ("flaggems_overhead.py", ["--reps", "1", "--calls", "1"], r"skipped, |extra us"),
+    pytest.param(
+        "transformer_e2e.py",
+        ["--rounds", "1", "--steps", "1", "--decode-tokens", "2"],
+        "peak_bytes",
+        marks=pytest.mark.skipif(not HAS_TRANSFORMERS, reason="needs transformers"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "expected"), CASES)
+def test_benchmark_runs(script: str, args: list[str], expected: str) -> None:
+    # This tree's torch_fl, whatever the editable install points at.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", PYTHONPATH=path)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (
+        f"{script} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    )
+    assert re.search(expected, result.stdout), result.stdout[-2000:]
