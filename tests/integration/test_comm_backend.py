@@ -203,6 +203,50 @@ def test_work_reports_flagos_results_and_a_flagos_future() -> None:
     assert value.device.type == "flagos" and value.data_ptr() == t.data_ptr()
 
 
+def test_successive_calls_of_other_shapes_and_dtypes_keep_no_memory_alive() -> None:
+    # A finished work hands its native aliases back for reuse by the next call; a reused alias
+    # must describe its new tensor (shape, dtype: an int64 call sits between float ones), and
+    # none may keep freed flagos memory alive. PREMUL_SUM scales, so the values show it.
+    _init()
+    torch.flagos.synchronize()
+    baseline = torch.flagos.memory_allocated()
+    triple = dist._make_nccl_premul_sum(3.0)
+    cases = [
+        ((3, 5), torch.float32, triple, 3),
+        ((2, 2, 2), torch.int64, dist.ReduceOp.SUM, 1),
+        ((7,), torch.float64, triple, 3),
+        ((1,), torch.float32, triple, 3),
+    ]
+    for round_ in range(3):
+        for shape, dtype, op, factor in cases:
+            ref = torch.arange(int(torch.tensor(shape).prod()), dtype=dtype).reshape(shape) + round_
+            t = ref.to("flagos")
+            dist.all_reduce(t, op=op)
+            torch.testing.assert_close(t.cpu(), ref * factor)
+            del t
+    torch.flagos.synchronize()
+    assert torch.flagos.memory_allocated() == baseline
+
+
+def test_a_finished_work_hands_its_aliases_to_the_next_operator_call() -> None:
+    # Around torch's FakeProcessGroup (it keeps nothing) the work is the aliases' last holder,
+    # so they go to this thread's pool; the next routed operator re-points one: it must describe
+    # its new tensor (another dtype and shape), and the pooled alias keeps no memory alive.
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    fake = FakeProcessGroup._create_internal(0, 1)
+    backend = torch_fl._C._comm_init().ProcessGroupFlagOS(fake, "gloo", "zero_copy")
+    torch.flagos.synchronize()
+    baseline = torch.flagos.memory_allocated()
+    ints = torch.arange(6).to("flagos")
+    backend.allreduce([ints], dist.AllreduceOptions()).wait()
+    del ints
+    ref = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    torch.testing.assert_close((ref.to("flagos") * 3).cpu(), ref * 3)
+    torch.flagos.synchronize()
+    assert torch.flagos.memory_allocated() == baseline
+
+
 # ---- argument errors --------------------------------------------------------------------------
 
 
