@@ -7,8 +7,8 @@ instruction counts are not. Each device runs in its own child process under valg
 callgrind with instrumentation off until the model is built and warmed up, then on for the
 timed decodes only (`callgrind_control -i on`). A third child, without valgrind, counts the
 routed calls of the same decodes (torch_fl.routing.stats). Prints the instructions of each side,
-flagos's extra per forward and per routed call. Needs valgrind; runs for a few minutes. The GPT-2
-config is the one of transformer_e2e.py; one intra-op thread, so thread pools do not spin.
+flagos's extra per forward and per routed call. Needs valgrind; runs for a few minutes. The model
+is transformer_e2e.py's; one intra-op thread, so thread pools do not spin.
 """
 
 from __future__ import annotations
@@ -22,16 +22,13 @@ import sys
 
 
 def build(device: str):  # noqa: ANN201 - (model, prompt)
+    """transformer_e2e.py's small GPT-2 in eval mode and a 32-token prompt."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    import torch_fl  # noqa: F401
+    from transformer_e2e import build as build_gpt2  # this script's folder is on sys.path
 
     torch.set_num_threads(1)
-    config = GPT2Config(vocab_size=8192, n_positions=256, n_layer=4, n_embd=256, n_head=4)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(config).to(device).eval()
-    return model, torch.randint(0, config.vocab_size, (1, 32)).to(device)
+    model, _, batch, _, _ = build_gpt2(device, "small")
+    return model.eval(), batch[:1, :32]
 
 
 def decode(model, prompt, tokens: int) -> None:  # noqa: ANN001
