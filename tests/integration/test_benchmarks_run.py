@@ -1,8 +1,9 @@
-"""Every benchmark still runs, on the accelerator of the build, with tiny arguments.
+"""The benchmarks still run, on the accelerator of the build, with tiny arguments.
 
 Benchmarks measure and print ratios; nothing here looks at their timings (performance claims
 live in docs/performance.md). This only keeps them from rotting: each runs in its own process,
-exits 0 and prints the line its readers look for (a regular expression here)."""
+exits 0 and prints the line its readers look for (a regular expression here). Left out:
+decode_instructions.py, which runs GPT-2 decodes under valgrind for minutes."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+import torch_fl
+
 ROOT = Path(__file__).resolve().parents[2]
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+NEEDS_TRANSFORMERS = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="needs transformers")
 
 CASES = [
     ("dispatch_overhead.py", ["--reps", "2", "--calls", "2"], "geomean"),
@@ -24,11 +28,18 @@ CASES = [
     ("comm_wrapper_cost.py", ["--calls", "20", "--rounds", "1"], "wrapper cost"),
     ("allreduce_bandwidth.py", ["--rounds", "1", "--sizes", "1M"], "ratio"),
     ("flaggems_overhead.py", ["--reps", "1", "--calls", "1"], r"skipped, |extra us"),
+    ("compile_speedup.py", ["--rounds", "1", "--iters", "1"], "ratio of speedups"),
     pytest.param(
         "transformer_e2e.py",
         ["--rounds", "1", "--steps", "1", "--decode-tokens", "2"],
         "peak_bytes",
-        marks=pytest.mark.skipif(not HAS_TRANSFORMERS, reason="needs transformers"),
+        marks=NEEDS_TRANSFORMERS,
+    ),
+    pytest.param(
+        "e2e_profile.py",
+        ["--steps", "1", "--profile-steps", "1", "--native", torch_fl._C._native_device_type()],
+        "phase",
+        marks=NEEDS_TRANSFORMERS,
     ),
 ]
 
