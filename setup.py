@@ -100,6 +100,10 @@ class CMakeBuild(build_ext):
             ext_path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(package_dir / ext_path.name, ext_path)
             shutil.copytree(package_dir / "lib", ext_path.parent / "lib", dirs_exist_ok=True)
+            bridge = package_dir / "comm" / "_nccl_ext"  # the NCCL bridge, where it was built
+            for module in bridge.glob("_flagos_nccl*.so"):
+                (ext_path.parent / "comm" / "_nccl_ext").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(module, ext_path.parent / "comm" / "_nccl_ext" / module.name)
             if (package_dir / "lib_dcu").is_dir():  # the dcu bundle (ABI shim + DTK libs)
                 shutil.copytree(
                     package_dir / "lib_dcu", ext_path.parent / "lib_dcu", dirs_exist_ok=True

@@ -51,3 +51,34 @@ set_target_properties(flagos_dcu_probe PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${FLAGOS_PACKAGE_DIR}/lib
   BUILD_RPATH "${FLAGOS_TORCH_LIBRARY_DIR}"
   INSTALL_RPATH "${FLAGOS_TORCH_LIBRARY_DIR}")
+
+# The NCCL bridge over RCCL (cmake/nccl_bridge.cmake). It constructs the ProcessGroupNCCL compiled
+# into DTK's libtorch_hip.so, so it compiles against DTK torch's own (hipified) headers: those of
+# FLAGOS_DCU_TORCH_INCLUDE_DIR, else the include/ folder beside DCU_TORCH_LIB_DIR (the torch/lib
+# folder the bundle script reads), else a DTK torch under ROCM_PATH. Its torch symbols resolve at
+# load time from the bundle torch_fl loads first. Unverified: needs DTK (docs/installation/dcu.md).
+include(${CMAKE_CURRENT_LIST_DIR}/nccl_bridge.cmake)
+set(FLAGOS_DCU_TORCH_INCLUDE_DIR "" CACHE PATH "DTK torch's include folder, for the NCCL bridge")
+if(NOT FLAGOS_DCU_TORCH_INCLUDE_DIR)
+  set(candidates "")
+  if(DEFINED ENV{DCU_TORCH_LIB_DIR})
+    list(APPEND candidates "$ENV{DCU_TORCH_LIB_DIR}/../include")
+  endif()
+  file(GLOB found LIST_DIRECTORIES true "${ROCM_PATH}/lib/python*/site-packages/torch/include"
+    "${ROCM_PATH}/lib64/python*/site-packages/torch/include")
+  foreach(dir IN LISTS candidates found)
+    if(EXISTS "${dir}/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
+      get_filename_component(FLAGOS_DCU_TORCH_INCLUDE_DIR "${dir}" ABSOLUTE)
+      break()
+    endif()
+  endforeach()
+endif()
+if(FLAGOS_DCU_TORCH_INCLUDE_DIR)
+  message(STATUS "torch_fl dcu: NCCL bridge against DTK torch headers ${FLAGOS_DCU_TORCH_INCLUDE_DIR}")
+  flagos_nccl_bridge(
+    "${FLAGOS_DCU_TORCH_INCLUDE_DIR};${FLAGOS_DCU_TORCH_INCLUDE_DIR}/torch/csrc/api/include;${ROCM_PATH}/include;${FLAGOS_DCU_CUDA_INCLUDE_DIR}"
+    "" "$ORIGIN/../../lib_dcu;${ROCM_PATH}/lib" "USE_ROCM=1;__HIP_PLATFORM_AMD__=1")
+else()
+  message(STATUS "torch_fl dcu: NCCL bridge not built: no DTK torch headers found (set "
+    "DCU_TORCH_LIB_DIR to DTK torch's torch/lib folder, or FLAGOS_DCU_TORCH_INCLUDE_DIR)")
+endif()

@@ -21,4 +21,13 @@ for f in "$root"/csrc/runtime/*.cpp "$root"/csrc/runtime/"$accel"/*.cpp "$root"/
   [ -e "$f" ] || continue
   g++ "${flags[@]}" "$f" || { echo "FAILED: $f"; status=1; }
 done
+# The NCCL bridge needs nccl.h and the CUDA library headers torch's CUDA context includes:
+# NCCL_INCLUDE_DIR (e.g. nvidia/nccl/include of the nvidia-nccl-cu13 wheel) and, where the CUDA
+# toolkit lacks them, CUDA_LIBS_INCLUDE_DIR (e.g. nvidia/cu13/include of nvidia-cusparse).
+if [ "$accel" != cpu ] && [ -n "${NCCL_INCLUDE_DIR:-}" ]; then
+  bridge=("${flags[@]}" -DUSE_C10D_NCCL=1 -DUSE_CUDA=1 -isystem "$NCCL_INCLUDE_DIR")
+  [ -z "${CUDA_LIBS_INCLUDE_DIR:-}" ] || bridge+=(-isystem "$CUDA_LIBS_INCLUDE_DIR")
+  f=$root/csrc/comm/nccl_bridge/flagos_nccl.cpp
+  g++ "${bridge[@]}" "$f" || { echo "FAILED: $f"; status=1; }
+fi
 exit $status

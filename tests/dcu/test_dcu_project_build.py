@@ -68,6 +68,7 @@ def test_configure_reports_the_toolkit_and_the_fixes(configured) -> None:
     assert f"CUDA compatibility toolkit {dtk}/cuda/cuda-12" in out
     assert "rewrote /usr/lib/x86_64-linux-gnu/librt.so to -lrt on MIOpen" in out
     assert "FLAGOS_BUILD_VENDOR has no DCU backend directory; ignored" in out
+    assert "torch_fl dcu: NCCL bridge not built: no DTK torch headers found" in out
 
 
 def test_runtime_sources_compile_with_host_gxx_against_dtk_headers(configured) -> None:
@@ -142,3 +143,41 @@ def test_whole_project_builds_and_links_for_dcu(configured) -> None:
     assert "[libcudart.so.12]" in dynamic  # DTK's compatibility runtime
     assert "torch_cuda" not in dynamic and "c10_cuda" not in dynamic
     assert "$ORIGIN/../lib_dcu" in dynamic and f"{dtk}/cuda/cuda-12/lib64" in dynamic
+
+
+def test_nccl_bridge_compiles_against_dtk_torch_headers_first(tmp_path: Path) -> None:
+    # Stand-ins: DTK torch's headers (only the file that marks them), RCCL's and hipSPARSE's.
+    # The bridge cannot compile against them; what is checked is how it would be compiled.
+    dtk = make_dtk_tree(tmp_path / "dtk")
+    dtk_torch_include = dtk / "lib" / "python3" / "site-packages" / "torch" / "include"
+    for header in (
+        dtk_torch_include / "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp",
+        dtk / "include/rccl/rccl.h",
+        dtk / "include/hipsparse/hipsparse.h",
+    ):
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text("/* fixture stub */\n")
+    build, package = tmp_path / "build", tmp_path / "torch_fl"
+    result = subprocess.run(_cmake_args(build, package, dtk), capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"NCCL bridge against DTK torch headers {dtk_torch_include}" in result.stdout
+    assert "torch_fl: NCCL bridge _flagos_nccl.so" in result.stdout
+
+    commands = subprocess.run(
+        ["ninja", "-C", str(build), "-t", "commands", "flagos_nccl_bridge"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    compile_line = next(c for c in commands if "flagos_nccl.cpp" in c)
+    for define in ("-DUSE_C10D_NCCL=1", "-DUSE_ROCM=1", "-D__HIP_PLATFORM_AMD__=1"):
+        assert define in compile_line
+    import torch.utils.cpp_extension as cpp_ext
+
+    official = f"-isystem {cpp_ext.include_paths()[0]}"
+    dtk_first = f"-isystem {dtk_torch_include}"
+    assert dtk_first in compile_line and official in compile_line
+    assert compile_line.index(dtk_first) < compile_line.index(official)
+    link_line = commands[-1]
+    assert str(package / "comm" / "_nccl_ext" / "_flagos_nccl.so") in link_line
+    assert "torch_cuda" not in link_line and "nvcc" not in compile_line

@@ -6,8 +6,11 @@ it flagos tensors zero-copy or host-staged. This module decides which inner back
     flagcx  when `flagcx` is importable and registers its c10d backend: FlagCX's backend over
             zero-copy native views of flagos tensors (CUDA views on the cuda accelerator, host
             views on the cpu accelerator)
-    nccl    torch.distributed.ProcessGroupNCCL over zero-copy CUDA views of flagos tensors, on a
-            CUDA-ABI accelerator with the CUDA-ABI comm profile (GEMS_VENDOR nvidia or hygon)
+    nccl    torch's ProcessGroupNCCL over zero-copy CUDA views of flagos tensors, on a CUDA-ABI
+            accelerator with the CUDA-ABI comm profile (GEMS_VENDOR nvidia or hygon); built by
+            torch.distributed.ProcessGroupNCCL, or where the installed torch's Python lacks
+            that class (DCU: RCCL inside DTK's libtorch_hip) by the NCCL bridge the package
+            carries, torch_fl.comm._nccl_ext._flagos_nccl
     gloo    torch.distributed.ProcessGroupGloo: zero-copy on the cpu accelerator (flagos memory
             is host memory), host-staged on device accelerators
 
@@ -19,6 +22,7 @@ recorded either as *skipped* (it was a candidate here but could not be used) or 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -129,6 +133,29 @@ def _flagcx_status() -> tuple[str, str | None]:
     return "available", None
 
 
+NCCL_BRIDGE = "torch_fl.comm._nccl_ext._flagos_nccl"
+
+
+def torch_nccl_class() -> type | None:
+    """torch.distributed.ProcessGroupNCCL, or None where the installed torch's Python lacks it."""
+    import torch.distributed as dist
+
+    if not dist.is_nccl_available():
+        return None
+    return getattr(dist, "ProcessGroupNCCL", None)
+
+
+def nccl_bridge() -> tuple[object | None, str | None]:
+    """(the NCCL bridge module, None), or (None, why this package has no usable bridge)."""
+    try:
+        return importlib.import_module(NCCL_BRIDGE), None
+    except ImportError as exc:
+        return None, (
+            f"the NCCL bridge {NCCL_BRIDGE} is not usable ({exc}); it is built into cuda and "
+            "dcu packages when nccl.h is found (set NCCL_INCLUDE_DIR and rebuild)"
+        )
+
+
 def _nccl_status(profile: str) -> tuple[str, str | None]:
     accelerator = _build_config().ACCELERATOR
     from torch_fl import _C
@@ -143,13 +170,13 @@ def _nccl_status(profile: str) -> tuple[str, str | None]:
             f"GEMS_VENDOR={gems_vendor()!r} selects the '{profile}' comm profile; the NCCL tier "
             f"belongs to the CUDA-ABI profile (GEMS_VENDOR in {CUDA_ABI_VENDORS})"
         )
-    import torch.distributed as dist
-
-    if not dist.is_nccl_available() or not hasattr(dist, "ProcessGroupNCCL"):
-        return "skipped", (
-            f"torch.distributed.ProcessGroupNCCL is absent from the installed torch "
-            f"{torch.__version__}"
-        )
+    if torch_nccl_class() is None:
+        bridge, why_not = nccl_bridge()
+        if bridge is None:
+            return "skipped", (
+                f"torch.distributed.ProcessGroupNCCL is absent from the installed torch "
+                f"{torch.__version__}, and {why_not}"
+            )
     if not torch.cuda.is_available():
         return "skipped", "torch.cuda.is_available() is False: no CUDA device is visible"
     return "available", None
@@ -219,14 +246,26 @@ def _make_inner(tier: str, dist_opts) -> object:
             dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout
         )
     if tier == "nccl":
-        options = dist.ProcessGroupNCCL.Options()
-        options.is_high_priority_stream = False
-        options._timeout = dist_opts.timeout
-        options.global_ranks_in_group = dist_opts.global_ranks_in_group
-        options.group_name = dist_opts.group_id
-        inner = dist.ProcessGroupNCCL(
-            dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options
-        )
+        nccl_class = torch_nccl_class()
+        if nccl_class is not None:
+            options = nccl_class.Options()
+            options.is_high_priority_stream = False
+            options._timeout = dist_opts.timeout
+            options.global_ranks_in_group = dist_opts.global_ranks_in_group
+            options.group_name = dist_opts.group_id
+            inner = nccl_class(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
+        else:
+            bridge, why_not = nccl_bridge()
+            if bridge is None:
+                raise TierUnavailableError(why_not)
+            inner = bridge.create_backend(
+                dist_opts.store,
+                dist_opts.group_rank,
+                dist_opts.group_size,
+                dist_opts.timeout,
+                dist_opts.group_id,
+                list(dist_opts.global_ranks_in_group),
+            )
     else:
         inner = dist.ProcessGroupGloo(
             dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout
