@@ -571,6 +571,16 @@ class Call {
         }
         return op;
       }
+      // As NCCL's: an integer tensor cannot be scaled by a real factor; checked before any
+      // input is scaled, so a refused call changes nothing.
+      for (const auto* t : inputs) {
+        TORCH_CHECK_TYPE(
+            at::isFloatingType(t->scalar_type()),
+            context(),
+            ": PREMUL_SUM takes floating-point tensors (half, bfloat16, float or double), as "
+            "NCCL's does; got ",
+            t->scalar_type());
+      }
       at::Tensor factor = supplement->tensor_factor;
       if (is_flagos(factor)) {
         factor = native_alias(factor);

@@ -271,6 +271,25 @@ def test_output_size_must_be_world_size_times_the_input() -> None:
         dist.all_gather_into_tensor(out, torch.ones(4, device="flagos"))
 
 
+@pytest.mark.parametrize("host_staged", [False, True])
+def test_premul_sum_of_an_integer_tensor_is_refused_and_leaves_it_unchanged(
+    monkeypatch, host_staged
+) -> None:
+    # NCCL refuses PREMUL_SUM on integers; the tiers that emulate it (gloo, FlagCX) say the same
+    # instead of failing half-way through a cast.
+    monkeypatch.setenv(comm.ENV_TIER, "gloo")
+    if host_staged:
+        monkeypatch.setenv(comm.ENV_HOST_STAGED, "1")
+    _init()
+    t = torch.arange(6, dtype=torch.int64, device="flagos")
+    with pytest.raises(TypeError, match="PREMUL_SUM takes floating-point tensors.*got Long"):
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))
+    torch.testing.assert_close(t.cpu(), torch.arange(6))
+    h = torch.arange(6, dtype=torch.float16, device="flagos")
+    dist.all_reduce(h, op=dist._make_nccl_premul_sum(2.0))
+    torch.testing.assert_close(h.cpu(), torch.arange(6, dtype=torch.float16) * 2)
+
+
 @pytest.mark.skipif(torch_fl.flagos.device_count() < 2, reason="needs two flagos devices")
 def test_tensor_on_another_device_than_the_bound_one_is_rejected() -> None:
     _init(device_id=torch.device("flagos", 0))
