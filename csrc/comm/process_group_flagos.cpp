@@ -12,6 +12,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -97,10 +98,49 @@ struct Completion {
   }
 };
 
-// The flagos tensors a work reports (Work::result() and its future's value): usually one.
-using Results = c10::SmallVector<at::Tensor, 2>;
 // The native aliases a zero-copy call handed the inner backend.
 using Aliases = c10::SmallVector<at::Tensor, 2>;
+
+// The flagos tensors a work reports (Work::result() and its future's value): usually one.
+//
+// A zero-copy result is held weakly, with the index of its native alias: the alias (which the
+// work and the inner backend's work keep) holds the memory. A strong reference would hold the
+// caller's tensor past the Python call, and the work is destroyed without the GIL, so letting
+// go of the tensor's Python object would take the GIL once per collective. result() returns the
+// caller's tensor while it lives, and afterwards a flagos tensor over the same storage.
+class Results {
+ public:
+  void add(const at::Tensor& t) {
+    entries_.push_back(Entry{t, std::nullopt, 0, t.device().index()});
+  }
+  void add_zero_copy(const at::Tensor& t, size_t alias) {
+    entries_.push_back(Entry{{}, Weak(t.getIntrusivePtr()), alias, t.device().index()});
+  }
+  std::vector<at::Tensor> get(const Aliases& aliases) const {
+    std::vector<at::Tensor> out;
+    out.reserve(entries_.size());
+    for (const Entry& e : entries_) {
+      if (!e.weak) {
+        out.push_back(e.strong);
+      } else if (auto impl = e.weak->lock()) {
+        out.emplace_back(std::move(impl));
+      } else {
+        out.push_back(flagos_view_of_native(aliases[e.alias], e.index));
+      }
+    }
+    return out;
+  }
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Entry {
+    at::Tensor strong;
+    std::optional<Weak> weak;
+    size_t alias;
+    c10::DeviceIndex index;
+  };
+  c10::SmallVector<Entry, 2> entries_;
+};
 
 std::vector<c10::Device> flagos_devices(c10::ArrayRef<at::Tensor> tensors) {
   std::vector<c10::Device> devices;
@@ -163,7 +203,7 @@ class FlagOSWork final : public c10d::Work {
   }
 
   std::vector<at::Tensor> result() override {
-    return {results_.begin(), results_.end()};
+    return results_.get(aliases_);
   }
 
   void synchronize() override {
@@ -213,10 +253,11 @@ class FlagOSWork final : public c10d::Work {
           "); use wait() instead");
     }
     TORCH_CHECK(inner_future, context_.str(), ": the inner backend's work has no future");
+    std::vector<at::Tensor> results = result();
     auto outer = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()), flagos_devices(results_));
+        c10::ListType::create(c10::TensorType::get()), flagos_devices(results));
     inner_future->addCallback(
-        [completion = completion_, outer, results = result()](c10::ivalue::Future& f) {
+        [completion = completion_, outer, results = std::move(results)](c10::ivalue::Future& f) {
           if (f.hasError()) {
             outer->setError(f.exception_ptr());
             return;
@@ -494,10 +535,10 @@ class Call {
   // A flagos tensor the collective writes without reading it.
   at::Tensor out(const at::Tensor& t, const char* what = "output") {
     check(t, what);
-    results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
-      return zero_copy(t);
+      return zero_copy_result(t);
     }
+    results_.add(t);
     auto alias = native_alias(t);
     auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
     completion().copy_backs.emplace_back(t, staged);
@@ -507,10 +548,10 @@ class Call {
   // A flagos tensor the collective reads and writes.
   at::Tensor inout(const at::Tensor& t, const char* what = "tensor") {
     check(t, what);
-    results_.push_back(t);
     if (pg_.path_ == TensorPath::ZeroCopy) {
-      return zero_copy(t);
+      return zero_copy_result(t);
     }
+    results_.add(t);
     auto staged = staged_copy(t);
     completion().copy_backs.emplace_back(t, staged);
     return staged;
@@ -518,8 +559,12 @@ class Call {
 
   // A flagos tensor the collective reads and reports as its result (a broadcast root).
   at::Tensor in_result(const at::Tensor& t, const char* what = "tensor") {
+    if (pg_.path_ == TensorPath::ZeroCopy) {
+      check(t, what);
+      return zero_copy_result(t);
+    }
     auto inner = in(t, what);
-    results_.push_back(t);
+    results_.add(t);
     return inner;
   }
 
@@ -610,8 +655,8 @@ class Call {
 
   c10::intrusive_ptr<c10d::Work> finish(c10::intrusive_ptr<c10d::Work> inner, c10d::OpType type) {
     if (pg_.coalescing_) {
-      for (const auto& t : results_) {
-        pg_.coalesced_results_.push_back(t);
+      for (auto& t : results_.get(aliases_)) {
+        pg_.coalesced_results_.push_back(std::move(t));
       }
     }
     if (!inner) {
@@ -638,6 +683,12 @@ class Call {
  private:
   at::Tensor zero_copy(const at::Tensor& t) {
     return aliases_.emplace_back(native_alias(t));
+  }
+
+  at::Tensor zero_copy_result(const at::Tensor& t) {
+    at::Tensor alias = zero_copy(t);
+    results_.add_zero_copy(t, aliases_.size() - 1);
+    return alias;
   }
 
   at::Tensor staged_copy(const at::Tensor& t) {
@@ -733,7 +784,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
       getRank(),
       c10d::OpType::COALESCED,
       std::move(inner),
-      Results(results.begin(), results.end()),
+      [&] {
+        Results strong;
+        for (const auto& t : results) {
+          strong.add(t);
+        }
+        return strong;
+      }(),
       nullptr,
       WorkContext{"coalesced collectives", tier_name_, path_, getRank(), getSize()});
 }

@@ -5,8 +5,10 @@ tests/manual/test_flagos_dist_live.py."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -201,6 +203,37 @@ def test_work_reports_flagos_results_and_a_flagos_future() -> None:
     fut = dist.all_reduce(t, async_op=True).get_future()
     (value,) = fut.wait()
     assert value.device.type == "flagos" and value.data_ptr() == t.data_ptr()
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "all_gather_into_tensor"])
+def test_a_work_reports_the_callers_tensor_and_its_memory_after_the_caller_drops_it(op) -> None:
+    # A zero-copy work holds its results weakly (its aliases hold the memory): while the
+    # caller's tensor lives, result() is that very tensor; once dropped, a flagos tensor over
+    # the same memory, which the work keeps until it is destroyed.
+    _init()
+    t = torch.arange(8, dtype=torch.float32, device="flagos")
+    if op == "all_gather_into_tensor":
+        work = dist.all_gather_into_tensor(t, torch.arange(8.0, device="flagos"), async_op=True)
+    else:
+        work = getattr(dist, op)(t, async_op=True, **({"src": 0} if op == "broadcast" else {}))
+    work.wait()
+    torch.flagos.synchronize()
+    assert work.result()[0] is t
+    ptr = t.data_ptr()
+    allocated = torch.flagos.memory_allocated()
+    caller = weakref.ref(t)
+    del t
+    gc.collect()
+    assert caller() is None  # the work did not pin the caller's tensor (nor its Python object)
+    assert torch.flagos.memory_allocated() == allocated  # but it still holds the memory
+    (result,) = work.result()
+    assert result.device.type == "flagos" and result.data_ptr() == ptr
+    torch.testing.assert_close(result.cpu(), torch.arange(8.0))
+    (value,) = work.get_future().wait()
+    assert value.data_ptr() == ptr
+    del result, value, work
+    gc.collect()
+    assert torch.flagos.memory_allocated() < allocated
 
 
 def test_successive_calls_of_other_shapes_and_dtypes_keep_no_memory_alive() -> None:
