@@ -110,6 +110,12 @@ using Aliases = c10::SmallVector<at::Tensor, 2>;
 // caller's tensor while it lives, and afterwards a flagos tensor over the same storage.
 class Results {
  public:
+  Results() = default;
+  explicit Results(c10::ArrayRef<at::Tensor> strong) {
+    for (const auto& t : strong) {
+      add(t);
+    }
+  }
   void add(const at::Tensor& t) {
     entries_.push_back(Entry{t, std::nullopt, 0, t.device().index()});
   }
@@ -784,13 +790,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
       getRank(),
       c10d::OpType::COALESCED,
       std::move(inner),
-      [&] {
-        Results strong;
-        for (const auto& t : results) {
-          strong.add(t);
-        }
-        return strong;
-      }(),
+      Results(results),
       nullptr,
       WorkContext{"coalesced collectives", tier_name_, path_, getRank(), getSize()});
 }

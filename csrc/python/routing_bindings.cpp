@@ -171,7 +171,6 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     // Still under the GIL: the native results a Python kernel made, and the aliases it was
     // given, have Python objects, which their last C++ reference (dropped here once results are
     // re-labelled) releases. Without the GIL each such release would take it back.
-    result = py::object();
     finish_call(op, e.plan, stack, call);
     call.written.clear(); // the aliases of written arguments had Python objects too
   }
