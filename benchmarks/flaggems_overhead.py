@@ -25,6 +25,7 @@ only: prints why and exits 0 on a machine without CUDA or FlagGems.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -90,6 +91,17 @@ def paired_difference(times: dict[str, list[float]], a: str, b: str) -> float:
     return statistics.median(x - y for x, y in zip(times[a], times[b], strict=True))
 
 
+def median_interval(
+    times: dict[str, list[float]], a: str, b: str, resamples: int = 2000
+) -> tuple[float, float]:
+    """95% bootstrap interval of paired_difference: FlagGems' host time moves by several
+    microseconds from batch to batch, as much as the target, so a median alone says little."""
+    diffs = [x - y for x, y in zip(times[a], times[b], strict=True)]
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--reps", type=int, default=30)
@@ -117,7 +129,7 @@ def main() -> int:
     )
     native, flagos = cases("cuda"), cases("flagos")
     wanted = [k for k in native if not args.ops or k in args.ops.split(",")]
-    print(f"{'op':<10} {'direct us':>10} {'route us':>10} {'extra us':>9}   "
+    print(f"{'op':<10} {'direct us':>10} {'route us':>10} {'extra us':>9} {'95% interval':>15}   "
           f"{'cuda us':>9} {'flagos+FG us':>12} {'ratio':>6}")  # fmt: skip
     extras, ratios = [], []
     for name in wanted:
@@ -154,11 +166,13 @@ def main() -> int:
             continue
         host = medians(host_times)
         extra = paired_difference(host_times, "route", "direct")
+        lo, hi = median_interval(host_times, "route", "direct")
         ratio = wall["flagos"] / wall["cuda"]
         extras.append(extra)
         ratios.append(ratio)
         print(
-            f"{name:<10} {host['direct']:>10.2f} {host['route']:>10.2f} {extra:>9.2f}   "
+            f"{name:<10} {host['direct']:>10.2f} {host['route']:>10.2f} {extra:>9.2f} "
+            f"{f'[{lo:.2f}, {hi:.2f}]':>15}   "
             f"{wall['cuda']:>9.2f} {wall['flagos']:>12.2f} {ratio:>6.2f}"
         )
     if extras:
@@ -179,7 +193,10 @@ def first_argument(*args: object, **kwargs: object) -> object:
 def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, calls: int) -> None:
     from torch_fl import routing
 
-    print(f"{'op':<10} {'stand-in direct us':>18} {'stand-in routed us':>18} {'route us':>9}")
+    print(
+        f"{'op':<10} {'stand-in direct us':>18} {'stand-in routed us':>18} {'route us':>9} "
+        f"{'95% interval':>15}"
+    )
     costs = []
     for name in wanted:
         op, make_native, torch_fn = native[name]
@@ -202,8 +219,12 @@ def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, ca
             routing.register_python_kernel(canonical, previous)
         host = medians(times)
         cost = paired_difference(times, "route", "direct")
+        lo, hi = median_interval(times, "route", "direct")
         costs.append(cost)
-        print(f"{name:<10} {host['direct']:>18.2f} {host['route']:>18.2f} {cost:>9.2f}")
+        print(
+            f"{name:<10} {host['direct']:>18.2f} {host['route']:>18.2f} {cost:>9.2f} "
+            f"{f'[{lo:.2f}, {hi:.2f}]':>15}"
+        )
     if costs:
         print(f"route cost: median {statistics.median(costs):.2f} us per call (target <= 5 us)")
 

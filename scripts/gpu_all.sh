@@ -12,7 +12,7 @@
 # PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; also "gems",
 # the FlagGems route overhead, "comm", the all_reduce bandwidth, and "routecost", the parts of
 # a routed call); E2E_ARGS replaces the
-# end-to-end benchmark's arguments.
+# end-to-end benchmark's arguments, GEMS_ARGS the FlagGems route overhead's.
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
 real_out=${OUT:-/tmp/flagos-gpu}; mkdir -p "$real_out"
@@ -70,7 +70,8 @@ bench transformer 60 python3 benchmarks/dispatch_overhead.py --suite transformer
 bench e2e 100 python3 benchmarks/transformer_e2e.py ${E2E_ARGS:---rounds 2 --steps 6 --decode-tokens 16}
 bench profile 90 python3 benchmarks/e2e_profile.py --steps 8 --profile-steps 2 --top 30 \
   --tree "${PROFILE_TREE:-aten::add,aten::arange,aten::embedding,aten::native_dropout,aten::tanh}"
-bench gems 60 python3 benchmarks/flaggems_overhead.py --reps 20 --calls 40
+# shellcheck disable=SC2086 # GEMS_ARGS is a list of arguments
+bench gems 60 python3 benchmarks/flaggems_overhead.py ${GEMS_ARGS:---reps 20 --calls 40}
 bench comm 60 python3 benchmarks/allreduce_bandwidth.py --rounds 15 --sizes 1M,16M,64M,256M
 bench compile 80 env TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" python3 benchmarks/compile_speedup.py \
   --rounds 4 --iters 10
