@@ -18,8 +18,16 @@ stand-in takes nanoseconds, so part 3 measures what the route adds (dispatch, al
 Python objects for the arguments, re-labelling the result) with little noise. What the route
 adds does not depend on the kernel it calls.
 
-Both parts interleave their variants batch by batch in one process and report medians. GPU
-only: prints why and exits 0 on a machine without CUDA or FlagGems.
+Part 4, the reference torch itself offers: the same FlagGems callable registered as a
+torch.library operator with a CUDA kernel and called on CUDA tensors (how a user puts a Python
+kernel behind the dispatcher without torch_fl), against the direct call and against the
+flagos_python route; with FlagGems and with the stand-in. Part 1's extra minus part 3's route
+cost is the part of the extra that comes with FlagGems; part 4 shows whether torch's own
+mechanism pays it too.
+
+Every part interleaves its variants batch by batch in one process and reports medians (paired
+differences with 95% bootstrap intervals). GPU only: prints why and exits 0 on a machine without
+CUDA or FlagGems.
 """
 
 from __future__ import annotations
@@ -182,6 +190,7 @@ def main() -> int:
             f"{statistics.geometric_mean(ratios):.2f}"
         )
     route_mechanism(native, flagos, wanted, args.reps, args.calls)
+    custom_op_reference(native, flagos, wanted, args.reps, args.calls)
     return 0
 
 
@@ -227,6 +236,60 @@ def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, ca
         )
     if costs:
         print(f"route cost: median {statistics.median(costs):.2f} us per call (target <= 5 us)")
+
+
+# Schemas for part 4: the operators whose FlagGems callable takes the tensors positionally.
+CUSTOM_OP_SCHEMAS = {
+    "add": "(Tensor a, Tensor b) -> Tensor",
+    "mul": "(Tensor a, Tensor b) -> Tensor",
+    "relu": "(Tensor a) -> Tensor",
+}
+
+
+def custom_op_reference(
+    native: dict, flagos: dict, wanted: list[str], reps: int, calls: int
+) -> None:
+    from torch_fl import flaggems, routing
+
+    names = [n for n in wanted if n in CUSTOM_OP_SCHEMAS]
+    if not names:
+        return
+    lib = torch.library.Library("flaggems_overhead", "FRAGMENT")
+    print(f"{'op':<10} {'kernel':<9} {'custom op - direct us':>22} {'route - direct us':>18} "
+          f"{'route - custom op us':>21}")  # fmt: skip
+    for name in names:
+        op, make_native, torch_fn = native[name]
+        _, make_flagos, _ = flagos[name]
+        canonical = routing._canonical(op)
+        gems_fn = flaggems.resolve(canonical)
+        lib.define(f"{name}_gems{CUSTOM_OP_SCHEMAS[name]}")
+        lib.define(f"{name}_stand_in{CUSTOM_OP_SCHEMAS[name]}")
+        lib.impl(f"{name}_gems", lambda *a, fn=gems_fn: fn(*a), "CUDA")
+        lib.impl(f"{name}_stand_in", first_argument, "CUDA")
+        ops = torch.ops.flaggems_overhead
+        previous = routing._C._routing_python_kernel(canonical)
+        for kernel, fn in (("FlagGems", gems_fn), ("stand-in", first_argument)):
+            routing.register_python_kernel(canonical, fn)
+            custom = getattr(ops, f"{name}_gems" if fn is gems_fn else f"{name}_stand_in")
+            try:
+                with routing.route(canonical, "flagos_python"):
+                    times = interleaved(
+                        {
+                            "direct": (fn, make_native()),
+                            "custom": (custom, make_native()),
+                            "route": (torch_fn, make_flagos()),
+                        },
+                        reps,
+                        calls,
+                        sync=False,
+                    )
+            finally:
+                routing.register_python_kernel(canonical, previous)
+            cells = []
+            for a, b in (("custom", "direct"), ("route", "direct"), ("route", "custom")):
+                lo, hi = median_interval(times, a, b)
+                cells.append(f"{paired_difference(times, a, b):.2f} [{lo:.2f}, {hi:.2f}]")
+            print(f"{name:<10} {kernel:<9} {cells[0]:>22} {cells[1]:>18} {cells[2]:>21}")
 
 
 if __name__ == "__main__":
