@@ -302,7 +302,7 @@ void release_alias(at::Tensor& alias) noexcept {
   pool.push(std::move(alias));
 }
 
-c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {
+c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_take_over) {
   if (auto* origin = flagos_storage_behind(native)) {
     return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(origin));
   }
@@ -319,7 +319,9 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native) {
           c10::StorageImpl::use_byte_size_t(),
           nbytes,
           accel.adopt_native(
-              take_native_memory(native, ownership_ == Ownership::TakeOverFresh), nbytes, index_),
+              take_native_memory(native, may_take_over && ownership_ == Ownership::TakeOverFresh),
+              nbytes,
+              index_),
           accel.device_allocator(),
           /*resizable=*/true));
   seen_.emplace_back(key, flagos);
@@ -333,8 +335,10 @@ at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabe
       "flagos supports strided tensors only; a kernel returned a ",
       native.layout(),
       " tensor");
+  // A result someone else still holds (a Python kernel that kept the tensor it returned) keeps
+  // its memory: taking it over would leave their tensor without any.
   auto result = at::detail::make_tensor<c10::TensorImpl>(
-      relabeler.to_flagos(native.storage()),
+      relabeler.to_flagos(native.storage(), /*may_take_over=*/native.use_count() == 1),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       native.dtype());
   describe_like(result.unsafeGetTensorImpl(), src);
@@ -351,10 +355,10 @@ at::Tensor flagos_view_of_native(const at::Tensor& native, c10::DeviceIndex inde
   return flagos_from_native(native, relabeler);
 }
 
-bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index) {
+bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index, size_t owners) {
   auto* impl = native.unsafeGetTensorImpl();
   auto& accel = accelerator();
-  if (native.use_count() != 1 || native.weak_use_count() != 1 ||
+  if (native.use_count() != owners || native.weak_use_count() != 1 ||
       !impl->key_set().has(accel.native_dispatch_key()) || impl->layout() != c10::kStrided ||
       !impl->has_storage() || !impl->allow_tensor_metadata_change()) {
     return false;

@@ -35,7 +35,9 @@ class FLAGOS_API StorageRelabeler {
 
   explicit StorageRelabeler(c10::DeviceIndex index, Ownership ownership = Ownership::TakeOverFresh)
       : index_(index), ownership_(ownership) {}
-  c10::Storage to_flagos(const c10::Storage& native);
+  // `may_take_over` false: the memory is shared even under TakeOverFresh (the tensor holding
+  // `native` is still referenced elsewhere, so its memory must stay where it is).
+  c10::Storage to_flagos(const c10::Storage& native, bool may_take_over = true);
 
  private:
   c10::DeviceIndex index_;
@@ -52,8 +54,11 @@ FLAGOS_API at::Tensor flagos_view_of_native(const at::Tensor& native, c10::Devic
 // Turns a fresh native result into a flagos tensor without allocating: when nothing else
 // references the tensor or its storage (and the storage is not an alias of flagos memory), the
 // same TensorImpl and StorageImpl are re-labelled as flagos:index. Returns false (and changes
-// nothing) otherwise; then flagos_from_native is the way.
-FLAGOS_API bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index);
+// nothing) otherwise; then flagos_from_native is the way. `owners` is how many references to
+// the tensor the caller accounts for: `native` itself, plus any it vouches nobody else can
+// reach (the Python object of a result only the caller holds).
+FLAGOS_API bool relabel_fresh_in_place(
+    at::Tensor& native, c10::DeviceIndex index, size_t owners = 1);
 
 // Re-labels the results of one operator call as flagos:index tensors: undefined tensors and
 // tensors not on the native device pass through; a fresh result is re-labelled in place when

@@ -2,12 +2,14 @@
 // calls a registered Python callable with the operator's arguments as zero-copy native
 // tensors, holding the GIL only for the call.
 
+#include "aten/alias.h"
 #include "aten/aliased_call.h"
 #include "aten/routing/router.h"
 #include "runtime/accelerator.h"
 
 #include <c10/util/SmallVector.h>
 
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -59,6 +61,20 @@ py::object argument_to_python(c10::IValue&& v, const c10::Argument& a) {
     }
   }
   return torch::jit::toPyObject(std::move(v));
+}
+
+// A fresh tensor a Python kernel returned has a Python object. When nothing but the route holds
+// that object (and the object is a plain torch.Tensor), the tensor is re-labelled as flagos in
+// place, object and all: it becomes the flagos result the caller gets back, instead of a new
+// flagos tensor (and a new Python object) being made and the kernel's freed.
+// The references then (torch's PyObject preservation, 2.10 onward): the object holds the tensor
+// and, while the tensor has a second C++ owner (`v`), the tensor holds the object; so two each
+// way, the route's `result` being the object's other one.
+void relabel_if_only_ours(c10::IValue& v, py::handle value, c10::DeviceIndex index) {
+  if (v.isTensor() && Py_TYPE(value.ptr()) == reinterpret_cast<PyTypeObject*>(THPVariableClass) &&
+      Py_REFCNT(value.ptr()) == 2) {
+    relabel_fresh_in_place(v.toTensor(), index, /*owners=*/2);
+  }
 }
 
 void python_route(OpEntry& e, torch::jit::Stack* stack) {
@@ -131,7 +147,9 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
         return c10::IValue(); // the caller's own tensor replaces it in finish_call
       }
       try {
-        return torch::jit::toIValue(value, returns[r].type());
+        c10::IValue v = torch::jit::toIValue(value, returns[r].type());
+        relabel_if_only_ours(v, value, call.index);
+        return v;
       } catch (const std::exception& ex) {
         TORCH_CHECK_TYPE(
             false,

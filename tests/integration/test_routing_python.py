@@ -4,6 +4,7 @@ in-place and out= semantics, autograd and errors must match the native route."""
 from __future__ import annotations
 
 import types
+import weakref
 
 import pytest
 import torch
@@ -131,6 +132,52 @@ def test_kernel_arguments_are_zero_copy(provider):
     _, a = pair(16)
     torch.relu(a)
     assert seen["ptr"] == a.data_ptr()
+
+
+def test_a_fresh_result_becomes_the_callers_result_object(provider):
+    # The tensor a kernel returns (and its Python object) is re-labelled as flagos in place when
+    # nothing else holds it: the caller gets that very object, and its memory is accounted.
+    returned = []
+
+    def fresh(self):
+        out = torch.relu(self)
+        returned.append(weakref.ref(out))
+        return out
+
+    routing.register_python_kernel("relu", fresh)
+    a_cpu, a = pair(64, 64)
+    before = torch.flagos.memory_allocated()
+    r = torch.relu(a)
+    assert returned[0]() is r
+    assert r.device == a.device
+    torch.testing.assert_close(r.cpu(), torch.relu(a_cpu))
+    assert torch.flagos.memory_allocated() >= before + r.nbytes
+    del r
+    assert returned[0]() is None
+    assert torch.flagos.memory_allocated() == before
+
+
+def test_a_result_the_kernel_keeps_is_not_relabelled(provider):
+    kept: list[torch.Tensor] = []
+
+    def keeping(self):
+        out = torch.relu(self)
+        kept.append(out)
+        return out
+
+    def parameter(self):
+        return torch.nn.Parameter(torch.relu(self), requires_grad=False)
+
+    a_cpu, a = pair(8, 8)
+    routing.register_python_kernel("relu", keeping)
+    r = torch.relu(a)
+    assert kept[0].device.type == NATIVE and r.device.type == "flagos" and r is not kept[0]
+    torch.testing.assert_close(kept[0].cpu(), torch.relu(a_cpu))
+    torch.testing.assert_close(r.cpu(), torch.relu(a_cpu))
+    routing.register_python_kernel("relu", parameter)  # a subclass object is never re-labelled
+    p = torch.relu(a)
+    assert type(p) is torch.Tensor and p.device.type == "flagos"
+    torch.testing.assert_close(p.cpu(), torch.relu(a_cpu))
 
 
 def test_in_place_returns_the_callers_tensor(provider):
