@@ -270,10 +270,13 @@ void finish_call(
       v = relabel(std::move(v).toTensor());
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> results;
-      const auto list = v.toTensorList();
+      auto list = std::move(v).toTensorList();
       results.reserve(list.size());
-      for (const at::Tensor& t : list) {
-        results.push_back(relabel(t));
+      // A list only this call holds gives its tensors up, so fresh ones can be re-labelled in
+      // place or taken over (a tensor still referenced elsewhere only shares its memory).
+      const bool sole_owner = list.use_count() == 1;
+      for (size_t i = 0; i < list.size(); ++i) {
+        results.push_back(relabel(sole_owner ? list.extract(i) : list.get(i)));
       }
       v = std::move(results);
     }
