@@ -199,6 +199,22 @@ def first_argument(*args: object, **kwargs: object) -> object:
     return args[0]
 
 
+def timed_with_kernel(
+    canonical: str, kernel: Callable, variants: dict, reps: int, calls: int
+) -> dict[str, list[float]]:
+    """Host times of `variants` (sync=False) while `kernel` serves `canonical` on the
+    flagos_python route; the previous kernel is put back afterwards."""
+    from torch_fl import routing
+
+    previous = routing._C._routing_python_kernel(canonical)
+    routing.register_python_kernel(canonical, kernel)
+    try:
+        with routing.route(canonical, "flagos_python"):
+            return interleaved(variants, reps, calls, sync=False)
+    finally:
+        routing.register_python_kernel(canonical, previous)
+
+
 def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, calls: int) -> None:
     from torch_fl import routing
 
@@ -211,21 +227,13 @@ def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, ca
         op, make_native, torch_fn = native[name]
         _, make_flagos, _ = flagos[name]
         canonical = routing._canonical(op)
-        previous = routing._C._routing_python_kernel(canonical)
-        routing.register_python_kernel(canonical, first_argument)
-        try:
-            with routing.route(canonical, "flagos_python"):
-                times = interleaved(
-                    {
-                        "direct": (first_argument, make_native()),
-                        "route": (torch_fn, make_flagos()),
-                    },
-                    reps,
-                    calls,
-                    sync=False,
-                )
-        finally:
-            routing.register_python_kernel(canonical, previous)
+        times = timed_with_kernel(
+            canonical,
+            first_argument,
+            {"direct": (first_argument, make_native()), "route": (torch_fn, make_flagos())},
+            reps,
+            calls,
+        )
         host = medians(times)
         cost = paired_difference(times, "route", "direct")
         lo, hi = median_interval(times, "route", "direct")
@@ -267,24 +275,19 @@ def custom_op_reference(
         lib.impl(f"{name}_gems", lambda *a, fn=gems_fn: fn(*a), "CUDA")
         lib.impl(f"{name}_stand_in", first_argument, "CUDA")
         ops = torch.ops.flaggems_overhead
-        previous = routing._C._routing_python_kernel(canonical)
         for kernel, fn in (("FlagGems", gems_fn), ("stand-in", first_argument)):
-            routing.register_python_kernel(canonical, fn)
             custom = getattr(ops, f"{name}_gems" if fn is gems_fn else f"{name}_stand_in")
-            try:
-                with routing.route(canonical, "flagos_python"):
-                    times = interleaved(
-                        {
-                            "direct": (fn, make_native()),
-                            "custom": (custom, make_native()),
-                            "route": (torch_fn, make_flagos()),
-                        },
-                        reps,
-                        calls,
-                        sync=False,
-                    )
-            finally:
-                routing.register_python_kernel(canonical, previous)
+            times = timed_with_kernel(
+                canonical,
+                fn,
+                {
+                    "direct": (fn, make_native()),
+                    "custom": (custom, make_native()),
+                    "route": (torch_fn, make_flagos()),
+                },
+                reps,
+                calls,
+            )
             cells = []
             for a, b in (("custom", "direct"), ("route", "direct"), ("route", "custom")):
                 lo, hi = median_interval(times, a, b)

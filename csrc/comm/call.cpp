@@ -113,24 +113,26 @@ at::Tensor Call::in(const at::Tensor& t, const char* what) {
 }
 
 at::Tensor Call::out(const at::Tensor& t, const char* what) {
-  check(t, what);
-  if (pg_.path_ == TensorPath::ZeroCopy) {
-    return zero_copy_result(t);
-  }
-  results_.add(t);
-  auto alias = native_alias(t);
-  auto staged = at::empty_like(alias, alias.options().device(c10::kCPU));
-  completion().copy_backs.emplace_back(t, staged);
-  return staged;
+  return written(t, what, /*reads=*/false);
 }
 
 at::Tensor Call::inout(const at::Tensor& t, const char* what) {
+  return written(t, what, /*reads=*/true);
+}
+
+at::Tensor Call::written(const at::Tensor& t, const char* what, bool reads) {
   check(t, what);
   if (pg_.path_ == TensorPath::ZeroCopy) {
     return zero_copy_result(t);
   }
   results_.add(t);
-  auto staged = staged_copy(t);
+  at::Tensor staged;
+  if (reads) {
+    staged = staged_copy(t);
+  } else {
+    auto alias = native_alias(t);
+    staged = at::empty_like(alias, alias.options().device(c10::kCPU));
+  }
   completion().copy_backs.emplace_back(t, staged);
   return staged;
 }
@@ -145,31 +147,28 @@ at::Tensor Call::in_result(const at::Tensor& t, const char* what) {
   return inner;
 }
 
-std::vector<at::Tensor> Call::in(const std::vector<at::Tensor>& ts, const char* what) {
+std::vector<at::Tensor> Call::each(
+    const std::vector<at::Tensor>& ts,
+    const char* what,
+    at::Tensor (Call::*one)(const at::Tensor&, const char*)) {
   std::vector<at::Tensor> inner;
   inner.reserve(ts.size());
   for (const auto& t : ts) {
-    inner.push_back(in(t, what));
+    inner.push_back((this->*one)(t, what));
   }
   return inner;
+}
+
+std::vector<at::Tensor> Call::in(const std::vector<at::Tensor>& ts, const char* what) {
+  return each(ts, what, &Call::in);
 }
 
 std::vector<at::Tensor> Call::out(const std::vector<at::Tensor>& ts, const char* what) {
-  std::vector<at::Tensor> inner;
-  inner.reserve(ts.size());
-  for (const auto& t : ts) {
-    inner.push_back(out(t, what));
-  }
-  return inner;
+  return each(ts, what, &Call::out);
 }
 
 std::vector<at::Tensor> Call::inout(const std::vector<at::Tensor>& ts, const char* what) {
-  std::vector<at::Tensor> inner;
-  inner.reserve(ts.size());
-  for (const auto& t : ts) {
-    inner.push_back(inout(t, what));
-  }
-  return inner;
+  return each(ts, what, &Call::inout);
 }
 
 c10d::ReduceOp Call::reduce_op(

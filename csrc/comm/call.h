@@ -71,6 +71,14 @@ class Call {
   }
 
  private:
+  // `one` applied to each tensor of a list argument.
+  std::vector<at::Tensor> each(
+      const std::vector<at::Tensor>& ts,
+      const char* what,
+      at::Tensor (Call::*one)(const at::Tensor&, const char*));
+  // A tensor the collective writes (and reads first when `reads`): its alias, or a host copy
+  // that is copied back once the work completes.
+  at::Tensor written(const at::Tensor& t, const char* what, bool reads);
   at::Tensor zero_copy(const at::Tensor& t);
   at::Tensor zero_copy_result(const at::Tensor& t);
   at::Tensor staged_copy(const at::Tensor& t);
