@@ -72,7 +72,7 @@ py::object argument_to_python(c10::IValue&& v, const c10::Argument& a) {
 // way, the route's `result` being the object's other one.
 void relabel_if_only_ours(c10::IValue& v, py::handle value, c10::DeviceIndex index) {
   if (v.isTensor() && Py_TYPE(value.ptr()) == reinterpret_cast<PyTypeObject*>(THPVariableClass) &&
-      Py_REFCNT(value.ptr()) == 2) {
+      Py_REFCNT(value.ptr()) == 2 && !v.toTensor().requires_grad()) {
     relabel_fresh_in_place(v.toTensor(), index, /*owners=*/2);
   }
 }

@@ -178,6 +178,11 @@ def test_a_result_the_kernel_keeps_is_not_relabelled(provider):
     p = torch.relu(a)
     assert type(p) is torch.Tensor and p.device.type == "flagos"
     torch.testing.assert_close(p.cpu(), torch.relu(a_cpu))
+    # Nor one carrying autograd state: results leave the kernel as plain tensors.
+    routing.register_python_kernel("relu", lambda self: torch.relu(self).requires_grad_())
+    g = torch.relu(a)
+    assert g.device.type == "flagos" and not g.requires_grad
+    torch.testing.assert_close(g.cpu(), torch.relu(a_cpu))
 
 
 def test_in_place_returns_the_callers_tensor(provider):
