@@ -66,10 +66,6 @@ class Call {
   // The work to return: the inner one wrapped (collected too while the group coalesces).
   c10::intrusive_ptr<c10d::Work> finish(c10::intrusive_ptr<c10d::Work> inner, c10d::OpType type);
 
-  const std::optional<c10::Device>& device() const {
-    return device_;
-  }
-
  private:
   // `one` applied to each tensor of a list argument.
   std::vector<at::Tensor> each(
