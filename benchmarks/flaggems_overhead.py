@@ -93,10 +93,15 @@ def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def differences(times: dict[str, list[float]], a: str, b: str) -> list[float]:
+    """a - b per round, the two measured side by side."""
+    return [x - y for x, y in zip(times[a], times[b], strict=True)]
+
+
 def paired_difference(times: dict[str, list[float]], a: str, b: str) -> float:
     """Median over rounds of a - b measured side by side: steadier than the difference of two
     medians when both vary a lot (FlagGems' own launch path does)."""
-    return statistics.median(x - y for x, y in zip(times[a], times[b], strict=True))
+    return statistics.median(differences(times, a, b))
 
 
 def median_interval(
@@ -104,7 +109,7 @@ def median_interval(
 ) -> tuple[float, float]:
     """95% bootstrap interval of paired_difference: FlagGems' host time moves by several
     microseconds from batch to batch, as much as the target, so a median alone says little."""
-    diffs = [x - y for x, y in zip(times[a], times[b], strict=True)]
+    diffs = differences(times, a, b)
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
     return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
@@ -269,14 +274,16 @@ def custom_op_reference(
         op, make_native, torch_fn = native[name]
         _, make_flagos, _ = flagos[name]
         canonical = routing._canonical(op)
-        gems_fn = flaggems.resolve(canonical)
-        lib.define(f"{name}_gems{CUSTOM_OP_SCHEMAS[name]}")
-        lib.define(f"{name}_stand_in{CUSTOM_OP_SCHEMAS[name]}")
-        lib.impl(f"{name}_gems", lambda *a, fn=gems_fn: fn(*a), "CUDA")
-        lib.impl(f"{name}_stand_in", first_argument, "CUDA")
-        ops = torch.ops.flaggems_overhead
-        for kernel, fn in (("FlagGems", gems_fn), ("stand-in", first_argument)):
-            custom = getattr(ops, f"{name}_gems" if fn is gems_fn else f"{name}_stand_in")
+        kernels = (
+            ("FlagGems", "gems", flaggems.resolve(canonical)),
+            ("stand-in", "stand_in", first_argument),
+        )
+        for kernel, suffix, fn in kernels:
+            # The callable itself is the custom op's kernel, as it is the route's: no wrapper
+            # frame on either side.
+            lib.define(f"{name}_{suffix}{CUSTOM_OP_SCHEMAS[name]}")
+            lib.impl(f"{name}_{suffix}", fn, "CUDA")
+            custom = getattr(torch.ops.flaggems_overhead, f"{name}_{suffix}")
             times = timed_with_kernel(
                 canonical,
                 fn,
