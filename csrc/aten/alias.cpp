@@ -112,27 +112,51 @@ FreshKeys fresh_keys(c10::DispatchKey backend, c10::Device device) {
   return FreshKeys{normal, make()};
 }
 
-const FreshKeys& fresh_native_keys() {
-  static const FreshKeys keys =
-      fresh_keys(accelerator().native_dispatch_key(), accelerator().native_device(0));
-  return keys;
+// What every alias and re-labelling needs to know about this build's accelerator, resolved
+// once: reading it through the Accelerator interface cost a virtual call per fact per tensor,
+// and the per-call code that every routed operator runs is short of instruction cache, not of
+// cycles (callgrind, docs/performance.md).
+struct HotFacts {
+  c10::DeviceType native_type;
+  c10::DispatchKey native_key;
+  bool native_indexed; // the native device of flagos:i is native:i (else the index-less cpu)
+  FreshKeys native_keys;
+  FreshKeys flagos_keys;
+  Accelerator* accelerator;
+  c10::DeviceAllocator* device_allocator;
+
+  c10::Device native_device(c10::DeviceIndex index) const {
+    return native_indexed ? c10::Device(native_type, index) : c10::Device(native_type);
+  }
+};
+
+HotFacts make_hot_facts() {
+  Accelerator& accel = accelerator();
+  const c10::Device probe = accel.native_device(0);
+  return HotFacts{
+      accel.native_device_type(),
+      accel.native_dispatch_key(),
+      probe.has_index(),
+      fresh_keys(accel.native_dispatch_key(), probe),
+      fresh_keys(c10::DispatchKey::PrivateUse1, c10::Device(c10::DeviceType::PrivateUse1, 0)),
+      &accel,
+      accel.device_allocator()};
 }
 
-const FreshKeys& fresh_flagos_keys() {
-  static const FreshKeys keys =
-      fresh_keys(c10::DispatchKey::PrivateUse1, c10::Device(c10::DeviceType::PrivateUse1, 0));
-  return keys;
+C10_ALWAYS_INLINE const HotFacts& hot_facts() {
+  static const HotFacts facts = make_hot_facts();
+  return facts;
 }
 
 void AliasImpl::relabel_as_flagos(c10::TensorImpl& impl, c10::Device device) {
   constexpr auto key_set = &AliasImpl::key_set_;
   constexpr auto device_opt = &AliasImpl::device_opt_;
   const c10::DispatchKeySet keys = impl.key_set();
-  const FreshKeys& native = fresh_native_keys();
-  if (keys == native.normal) {
-    impl.*key_set = fresh_flagos_keys().normal;
-  } else if (keys == native.inference) {
-    impl.*key_set = fresh_flagos_keys().inference;
+  const HotFacts& facts = hot_facts();
+  if (keys == facts.native_keys.normal) {
+    impl.*key_set = facts.flagos_keys.normal;
+  } else if (keys == facts.native_keys.inference) {
+    impl.*key_set = facts.flagos_keys.inference;
   } else {
     impl._change_backend_component_keys(device); // other keys (Python, functorch, ...): keep them
   }
@@ -197,7 +221,7 @@ void AliasPool::push(at::Tensor&& alias) {
 // The dispatch keys a fresh alias gets in and out of inference mode; a pooled alias must
 // still have them (nothing added a Python key, autograd keys or others).
 c10::DispatchKeySet fresh_alias_keys(bool inference) {
-  const FreshKeys& keys = fresh_native_keys();
+  const FreshKeys& keys = hot_facts().native_keys;
   return inference ? keys.inference : keys.normal;
 }
 
@@ -206,31 +230,50 @@ c10::DataPtr alias_data_ptr(c10::StorageImpl* flagos, const c10::Device& native_
   return c10::DataPtr(flagos->mutable_data(), flagos, &release_flagos_storage, native_device);
 }
 
-// A pooled alias re-pointed at `flagos`, or an undefined tensor when the pool has none that
-// fits (same native device, same inference mode).
-at::Tensor reuse_alias(const at::Tensor& flagos, const c10::Device& native_device, bool resizable) {
-  auto& pool = alias_pool;
-  if (pool.size == 0) {
-    return {};
-  }
-  at::Tensor alias = pool.pop();
-  auto* impl = alias.unsafeGetTensorImpl();
-  if (impl->device() != native_device || impl->is_inference() != c10::InferenceMode::is_enabled()) {
-    return {};
-  }
-  const auto* src = flagos.unsafeGetTensorImpl();
+// Points a pooled alias at `flagos`'s memory and layout.
+void repoint_alias(
+    c10::TensorImpl* impl,
+    const c10::TensorImpl* src,
+    const c10::Device& native_device,
+    bool resizable) {
   c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
   c10::StorageImpl* alias_storage = impl->storage().unsafeGetStorageImpl();
   if (!resizable || storage->data() != nullptr) {
     alias_storage->set_data_ptr_noswap(alias_data_ptr(storage, native_device));
   }
   alias_storage->set_nbytes(storage->nbytes());
-  alias_storage->set_allocator(resizable ? accelerator().native_allocator() : nullptr);
-  alias_storage->set_resizable(resizable);
-  if (impl->dtype() != flagos.dtype()) {
-    impl->set_storage_and_dtype(impl->storage(), flagos.dtype());
+  if (C10_UNLIKELY(resizable || alias_storage->resizable())) {
+    alias_storage->set_allocator(resizable ? accelerator().native_allocator() : nullptr);
+    alias_storage->set_resizable(resizable);
+  }
+  if (impl->dtype() != src->dtype()) {
+    impl->set_storage_and_dtype(impl->storage(), src->dtype());
   }
   describe_alias(impl, src);
+}
+
+// A new alias, for when this thread's pool has none that fits.
+C10_NOINLINE at::Tensor make_alias(
+    const at::Tensor& flagos, const c10::Device& native_device, bool resizable) {
+  const auto* src = flagos.unsafeGetTensorImpl();
+  c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
+  // An empty out= tensor gets a plain null DataPtr: with a context it would test true, and a
+  // native resize would then issue a zero-byte device copy from it. Growing it hands the new
+  // memory to sync_from_alias either way.
+  c10::DataPtr data = !resizable || storage->data() != nullptr
+                          ? alias_data_ptr(storage, native_device)
+                          : c10::DataPtr(nullptr, native_device);
+  auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(),
+      storage->nbytes(),
+      std::move(data),
+      resizable ? accelerator().native_allocator() : nullptr,
+      resizable);
+  auto alias = at::detail::make_tensor<AliasImpl>(
+      c10::Storage(std::move(alias_storage)),
+      c10::DispatchKeySet(hot_facts().native_key),
+      flagos.dtype());
+  describe_alias(alias.unsafeGetTensorImpl(), src);
   return alias;
 }
 
@@ -257,31 +300,20 @@ bool recyclable(const at::Tensor& alias) {
 } // namespace
 
 at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
-  auto& accel = accelerator();
-  const c10::Device native_device = accel.native_device(flagos.device().index());
-  if (at::Tensor reused = reuse_alias(flagos, native_device, resizable); reused.defined()) {
-    return reused;
+  const c10::Device native_device = hot_facts().native_device(flagos.device().index());
+  auto& pool = alias_pool;
+  if (C10_LIKELY(pool.size != 0)) {
+    at::Tensor alias = pool.pop();
+    auto* impl = alias.unsafeGetTensorImpl();
+    // A pooled alias fits when it is on the same native device and in the same inference mode.
+    if (C10_LIKELY(
+            impl->device() == native_device &&
+            impl->is_inference() == c10::InferenceMode::is_enabled())) {
+      repoint_alias(impl, flagos.unsafeGetTensorImpl(), native_device, resizable);
+      return alias;
+    }
   }
-  const auto* src = flagos.unsafeGetTensorImpl();
-  c10::StorageImpl* storage = src->storage().unsafeGetStorageImpl();
-  // An empty out= tensor gets a plain null DataPtr: with a context it would test true, and a
-  // native resize would then issue a zero-byte device copy from it. Growing it hands the new
-  // memory to sync_from_alias either way.
-  c10::DataPtr data = !resizable || storage->data() != nullptr
-                          ? alias_data_ptr(storage, native_device)
-                          : c10::DataPtr(nullptr, native_device);
-  auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(),
-      storage->nbytes(),
-      std::move(data),
-      resizable ? accel.native_allocator() : nullptr,
-      resizable);
-  auto alias = at::detail::make_tensor<AliasImpl>(
-      c10::Storage(std::move(alias_storage)),
-      c10::DispatchKeySet(accel.native_dispatch_key()),
-      flagos.dtype());
-  describe_alias(alias.unsafeGetTensorImpl(), src);
-  return alias;
+  return make_alias(flagos, native_device, resizable);
 }
 
 void release_alias(at::Tensor& alias) noexcept {
@@ -357,21 +389,28 @@ at::Tensor flagos_view_of_native(const at::Tensor& native, c10::DeviceIndex inde
 
 bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index, size_t owners) {
   auto* impl = native.unsafeGetTensorImpl();
-  auto& accel = accelerator();
-  if (native.use_count() != owners || native.weak_use_count() != 1 ||
-      !impl->key_set().has(accel.native_dispatch_key()) || impl->layout() != c10::kStrided ||
-      !impl->has_storage() || !impl->allow_tensor_metadata_change()) {
+  if (native.use_count() != owners || native.weak_use_count() != 1 || !impl->has_storage() ||
+      !impl->allow_tensor_metadata_change()) {
+    return false;
+  }
+  const HotFacts& facts = hot_facts();
+  const c10::DispatchKeySet keys = impl->key_set();
+  // A kernel's usual result has exactly the keys of a fresh native tensor (so it is strided);
+  // others (Python, functorch keys) are checked in full.
+  const bool usual = keys == facts.native_keys.normal || keys == facts.native_keys.inference;
+  if (!usual && (!keys.has(facts.native_key) || impl->layout() != c10::kStrided)) {
     return false;
   }
   const c10::Storage& storage = impl->storage();
   c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
   if (storage.use_count() != 1 || weak_count(simpl) != 1 ||
-      flagos_storage_behind(storage) != nullptr || !simpl->resizable()) {
+      simpl->data_ptr().get_deleter() == &release_flagos_storage || !simpl->resizable()) {
     return false;
   }
   const size_t nbytes = simpl->nbytes();
-  simpl->set_data_ptr_noswap(accel.adopt_native(take_native_memory(storage), nbytes, index));
-  simpl->set_allocator(accel.device_allocator());
+  c10::DataPtr memory = simpl->set_data_ptr(c10::DataPtr(nullptr, simpl->device()));
+  simpl->set_data_ptr_noswap(facts.accelerator->adopt_native(std::move(memory), nbytes, index));
+  simpl->set_allocator(facts.device_allocator);
   AliasImpl::relabel_as_flagos(*impl, c10::Device(c10::DeviceType::PrivateUse1, index));
   return true;
 }

@@ -24,20 +24,30 @@ void check_device_index(c10::DeviceIndex index) {
           : "");
 }
 
+std::atomic<int8_t> detail::single_device{-1};
+
 namespace {
 // One device, and not in a bad fork (where the guard's read raises the error naming the fix):
 // the current device is flagos:0 without asking the runtime.
 bool only_device_zero() {
-  static const bool single_device = accelerator().device_count() == 1;
-  return single_device && !in_bad_fork();
+  int8_t known = detail::single_device.load(std::memory_order_relaxed);
+  if (C10_UNLIKELY(known < 0)) {
+    known = accelerator().device_count() == 1 ? 1 : 0;
+    detail::single_device.store(known, std::memory_order_relaxed);
+  }
+  return known == 1 && !in_bad_fork();
 }
 } // namespace
 
-bool is_current_device(c10::DeviceIndex index) {
-  if (C10_LIKELY(only_device_zero())) {
+bool detail::is_current_device_slow(c10::DeviceIndex index) {
+  if (only_device_zero()) {
     return true;
   }
   return accelerator().guard().getDevice().index() == index;
+}
+
+void detail::switch_device(c10::OptionalDeviceGuard& guard, c10::DeviceIndex index) {
+  guard.reset_device(c10::Device(c10::DeviceType::PrivateUse1, index));
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {

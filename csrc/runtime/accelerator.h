@@ -1,6 +1,7 @@
 #pragma once
 
 #include "macros.h"
+#include "runtime/fork_guard.h"
 
 // The accelerator interface: what the flagos device needs from the hardware it runs on.
 // One implementation is compiled per build (csrc/runtime/<accelerator>/), chosen by
@@ -15,7 +16,9 @@
 
 #include <ATen/core/Generator.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace at {
@@ -94,9 +97,22 @@ FLAGOS_API Accelerator& accelerator();
 // Throws a c10::Error naming the valid range unless 0 <= index < device_count().
 FLAGOS_API void check_device_index(c10::DeviceIndex index);
 
+namespace detail {
+// Whether this process has exactly one flagos device: -1 until first asked, then 0 or 1.
+FLAGOS_API extern std::atomic<int8_t> single_device;
+FLAGOS_API bool is_current_device_slow(c10::DeviceIndex index);
+FLAGOS_API void switch_device(c10::OptionalDeviceGuard& guard, c10::DeviceIndex index);
+} // namespace detail
+
 // Whether flagos:index is the current device. Free on a one-device machine, where it always
-// is (reading it costs a CUDA runtime call on device accelerators).
-FLAGOS_API bool is_current_device(c10::DeviceIndex index);
+// is (reading it costs a CUDA runtime call on device accelerators). Inline: every routed call
+// asks.
+inline bool is_current_device(c10::DeviceIndex index) {
+  if (C10_LIKELY(detail::single_device.load(std::memory_order_relaxed) == 1 && !in_bad_fork())) {
+    return true;
+  }
+  return detail::is_current_device_slow(index);
+}
 
 // Makes flagos:index current for a scope, switching only when it is not current (so never on a
 // one-device machine, where a device guard would cost three CUDA runtime calls). An unresolved
@@ -104,8 +120,8 @@ FLAGOS_API bool is_current_device(c10::DeviceIndex index);
 class DeviceScope {
  public:
   explicit DeviceScope(c10::DeviceIndex index) {
-    if (index >= 0 && !is_current_device(index)) {
-      guard_.reset_device(c10::Device(c10::DeviceType::PrivateUse1, index));
+    if (index >= 0 && C10_UNLIKELY(!is_current_device(index))) {
+      detail::switch_device(guard_, index);
     }
   }
 

@@ -8,12 +8,13 @@
 #include <mutex>
 
 namespace torch_fl {
+
+std::atomic<bool> detail::bad_fork{false};
+
 namespace {
 
-std::atomic<bool> bad_fork{false};
-
 void mark_child_bad() {
-  bad_fork.store(true, std::memory_order_relaxed);
+  detail::bad_fork.store(true, std::memory_order_relaxed);
 }
 
 } // namespace
@@ -21,10 +22,6 @@ void mark_child_bad() {
 void note_device_runtime_started() {
   static std::once_flag once;
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &mark_child_bad); });
-}
-
-bool in_bad_fork() noexcept {
-  return bad_fork.load(std::memory_order_relaxed);
 }
 
 void check_not_in_bad_fork(const char* what) {
