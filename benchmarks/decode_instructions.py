@@ -9,6 +9,13 @@ timed decodes only (`callgrind_control -i on`). A third child, without valgrind,
 routed calls of the same decodes (torch_fl.routing.stats). Prints the instructions of each side,
 flagos's extra per forward and per routed call. Needs valgrind; runs for a few minutes. The model
 is transformer_e2e.py's; one intra-op thread, so thread pools do not spin.
+
+With --cache-sim, callgrind also simulates the caches and the script prints first-level
+instruction-cache misses: each side's total, flagos's extra per routed call, and how many of the
+flagos side's misses fall in torch_fl's own code per routed call. A routed call's code runs
+cold (the model's other work evicts it between calls), so the cache lines it touches, not its
+instruction count, are what it costs; the total is disturbed by Python's allocator by some tens
+of misses per routed call from run to run, the torch_fl part is not.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def build(device: str):  # noqa: ANN201 - (model, prompt)
@@ -57,12 +65,18 @@ def child(device: str, tokens: int, decodes: int, count_routes: bool) -> None:
         print("ROUTED", sum(sum(v.values()) for v in stats.values()))
 
 
-def instructions(device: str, args: argparse.Namespace) -> int:
+def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
+    """Instructions (Ir), and with --cache-sim I1 misses in all and in torch_fl's code."""
+    out_file = "/dev/null"
+    if args.cache_sim:
+        fd, out_file = tempfile.mkstemp(prefix=f"callgrind-{device}-")
+        os.close(fd)
     cmd = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
-        "--callgrind-out-file=/dev/null",
+        f"--cache-sim={'yes' if args.cache_sim else 'no'}",
+        f"--callgrind-out-file={out_file}",
         sys.executable,
         __file__,
         "--child",
@@ -74,10 +88,31 @@ def instructions(device: str, args: argparse.Namespace) -> int:
     ]
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
-    found = re.search(r"Collected : (\d+)", out)
+    found = re.search(r"Collected : (\d+)(?: \d+ \d+ (\d+))?", out)
     if not found:
         raise SystemExit(f"no instruction count from callgrind for {device}:\n{out[-2000:]}")
-    return int(found.group(1))
+    counts = {"Ir": int(found.group(1))}
+    if args.cache_sim:
+        counts["I1mr"] = int(found.group(2))
+        counts["I1mr_torch_fl"] = _torch_fl_misses(out_file)
+        os.unlink(out_file)
+    return counts
+
+
+def _torch_fl_misses(out_file: str) -> int:
+    """I1 misses of the functions in torch_fl's libraries (callgrind_annotate, per function)."""
+    listing = subprocess.run(
+        ["callgrind_annotate", "--show=I1mr", "--threshold=100", out_file],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    total = 0
+    for line in listing.splitlines():
+        m = re.match(r"\s*([\d,]+)\s.*\[(\S+)\]\s*$", line)
+        if m and "/torch_fl/" in m.group(2):
+            total += int(m.group(1).replace(",", ""))
+    return total
 
 
 def main() -> None:
@@ -85,6 +120,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--decodes", type=int, default=2)
     parser.add_argument("--native", default="cpu")
+    parser.add_argument("--cache-sim", action="store_true", help="also count I1 cache misses")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--count-routes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -102,8 +138,9 @@ def main() -> None:
         check=True,
     ).stdout
     routed = int(re.search(r"ROUTED (\d+)", counted).group(1))
-    flagos = instructions("flagos", args)
-    native = instructions(args.native, args)
+    flagos_counts = instructions("flagos", args)
+    native_counts = instructions(args.native, args)
+    flagos, native = flagos_counts["Ir"], native_counts["Ir"]
     forwards = args.tokens * args.decodes
     extra = flagos - native
     print(f"greedy decode, {args.decodes} x {args.tokens} tokens ({forwards} forwards)")
@@ -113,6 +150,13 @@ def main() -> None:
     print(f"  per forward               {extra / forwards:>15,.0f}")
     per_call = f"{extra / routed:>15,.0f}"
     print(f"  per routed call           {per_call} ({routed / forwards:.0f} a forward)")
+    if args.cache_sim:
+        f1, n1 = flagos_counts["I1mr"], native_counts["I1mr"]
+        print(f"I1 misses on flagos         {f1:>15,}")
+        print(f"I1 misses on {args.native:<14} {n1:>15,}")
+        print(f"  flagos extra per routed call {(f1 - n1) / routed:>12,.1f}")
+        ours = flagos_counts["I1mr_torch_fl"] / routed
+        print(f"  in torch_fl's code per routed call {ours:>6,.1f}")
 
 
 if __name__ == "__main__":

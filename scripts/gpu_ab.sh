@@ -8,6 +8,9 @@
 #   CMD runs from this tree's root with PYTHONPATH set to the tree under test; "{}" in CMD is
 #   replaced by that tree's root. ROUNDS (default 3) processes per tree, base first in odd
 #   rounds and this tree first in even ones. Output lines are prefixed "base" or "head".
+# The other tree, e.g.: mkdir -p probe/base && git archive <commit> | tar -x -C probe/base
+# (untracked files travel to the GPU machine with the tree; name the folder in carry if git
+# ignores it).
 # Example: BASE=probe/base bash scripts/gpu_ab.sh python3 benchmarks/transformer_e2e.py \
 #            --child pair:cuda --steps 8 --decode-tokens 16
 set -uo pipefail
