@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
+from _stats import median_interval  # this script's folder is on sys.path
 
 import torch_fl
 
@@ -111,6 +112,10 @@ def main() -> int:
                 dt = _time_batch(x, group, iters, sync)
                 (t_flagos if kind == "flagos" else t_native).append(dt)
         tf, tn = statistics.median(t_flagos), statistics.median(t_native)
+        # Each round times both sides back to back: the per-round ratios share that round's
+        # host speed, and their median's interval says whether the target is met.
+        paired = [n / f for n, f in zip(t_native, t_flagos, strict=True)]
+        low, high = median_interval(paired)
         rows.append(
             {
                 "bytes": nbytes,
@@ -122,6 +127,8 @@ def main() -> int:
                 "flagos_busbw_GBps": nbytes / tf / 1e9 * factor,
                 "native_busbw_GBps": nbytes / tn / 1e9 * factor,
                 "ratio": tn / tf,
+                "paired_ratio": statistics.median(paired),
+                "paired_ratio_95": [low, high],
             }
         )
         del x_flagos, x_native
@@ -135,11 +142,14 @@ def main() -> int:
             f"# flagos group: tier={info.tier} path={info.path} profile={info.profile}; "
             f"native group: {native_backend} on {native_dev.type} tensors"
         )
-        print(f"# {args.rounds} interleaved rounds, median per-op time; ratio = native/flagos time")
+        print(
+            f"# {args.rounds} interleaved rounds, median per-op time; ratio = native/flagos time; "
+            "paired: median of the per-round ratios and its 95% bootstrap interval"
+        )
         print(
             f"{'size':>8} {'iters':>5} {'flagos us':>11} {'native us':>11} "
             f"{'flagos algbw':>13} {'native algbw':>13} {'flagos busbw':>13} "
-            f"{'native busbw':>13} {'ratio':>6}"
+            f"{'native busbw':>13} {'ratio':>6} {'paired':>6} {'95% interval':>15}"
         )
         for row in rows:
             n = row["bytes"]
@@ -148,7 +158,8 @@ def main() -> int:
                 f"{size:>8} {row['iters']:>5} {row['flagos_us']:>11.1f} {row['native_us']:>11.1f} "
                 f"{row['flagos_algbw_GBps']:>13.2f} {row['native_algbw_GBps']:>13.2f} "
                 f"{row['flagos_busbw_GBps']:>13.2f} {row['native_busbw_GBps']:>13.2f} "
-                f"{row['ratio']:>6.3f}"
+                f"{row['ratio']:>6.3f} {row['paired_ratio']:>6.3f} "
+                f"[{row['paired_ratio_95'][0]:.3f}, {row['paired_ratio_95'][1]:.3f}]"
             )
         if args.json:
             with open(args.json, "w") as fh:

@@ -33,13 +33,13 @@ CUDA or FlagGems.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 
 import torch
+from _stats import median_interval  # this script's folder is on sys.path
 
 
 def cases(device: str) -> dict[str, tuple[str, Callable[[], tuple], Callable]]:
@@ -104,15 +104,10 @@ def paired_difference(times: dict[str, list[float]], a: str, b: str) -> float:
     return statistics.median(differences(times, a, b))
 
 
-def median_interval(
-    times: dict[str, list[float]], a: str, b: str, resamples: int = 2000
-) -> tuple[float, float]:
+def paired_interval(times: dict[str, list[float]], a: str, b: str) -> tuple[float, float]:
     """95% bootstrap interval of paired_difference: FlagGems' host time moves by several
     microseconds from batch to batch, as much as the target, so a median alone says little."""
-    diffs = differences(times, a, b)
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
-    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+    return median_interval(differences(times, a, b))
 
 
 def main() -> int:
@@ -179,7 +174,7 @@ def main() -> int:
             continue
         host = medians(host_times)
         extra = paired_difference(host_times, "route", "direct")
-        lo, hi = median_interval(host_times, "route", "direct")
+        lo, hi = paired_interval(host_times, "route", "direct")
         ratio = wall["flagos"] / wall["cuda"]
         extras.append(extra)
         ratios.append(ratio)
@@ -241,7 +236,7 @@ def route_mechanism(native: dict, flagos: dict, wanted: list[str], reps: int, ca
         )
         host = medians(times)
         cost = paired_difference(times, "route", "direct")
-        lo, hi = median_interval(times, "route", "direct")
+        lo, hi = paired_interval(times, "route", "direct")
         costs.append(cost)
         print(
             f"{name:<10} {host['direct']:>18.2f} {host['route']:>18.2f} {cost:>9.2f} "
@@ -297,7 +292,7 @@ def custom_op_reference(
             )
             cells = []
             for a, b in (("custom", "direct"), ("route", "direct"), ("route", "custom")):
-                lo, hi = median_interval(times, a, b)
+                lo, hi = paired_interval(times, a, b)
                 cells.append(f"{paired_difference(times, a, b):.2f} [{lo:.2f}, {hi:.2f}]")
             print(f"{name:<10} {kernel:<9} {cells[0]:>22} {cells[1]:>18} {cells[2]:>21}")
 
