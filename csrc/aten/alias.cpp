@@ -29,12 +29,18 @@ c10::StorageImpl* flagos_storage_behind(const c10::Storage& storage) {
   return nullptr;
 }
 
+// A storage's memory, moved out of it (the storage is left empty). Inline: re-labelling a
+// fresh result, on every routed call, does this.
+C10_ALWAYS_INLINE c10::DataPtr take_over_memory(c10::StorageImpl* impl) {
+  return impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
+}
+
 // Ownership of a native storage's memory: taken over when nobody else holds the storage,
 // otherwise shared by holding a reference on it.
 c10::DataPtr take_native_memory(const c10::Storage& native, bool may_take_over = true) {
   c10::StorageImpl* impl = native.unsafeGetStorageImpl();
   if (may_take_over && native.use_count() == 1) {
-    return impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
+    return take_over_memory(impl);
   }
   c10::raw::intrusive_ptr::incref(impl);
   return c10::DataPtr(impl->mutable_data(), impl, &release_native_storage, impl->device());
@@ -404,12 +410,12 @@ bool relabel_fresh_in_place(at::Tensor& native, c10::DeviceIndex index, size_t o
   const c10::Storage& storage = impl->storage();
   c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
   if (storage.use_count() != 1 || weak_count(simpl) != 1 ||
-      simpl->data_ptr().get_deleter() == &release_flagos_storage || !simpl->resizable()) {
+      flagos_storage_behind(storage) != nullptr || !simpl->resizable()) {
     return false;
   }
   const size_t nbytes = simpl->nbytes();
-  c10::DataPtr memory = simpl->set_data_ptr(c10::DataPtr(nullptr, simpl->device()));
-  simpl->set_data_ptr_noswap(facts.accelerator->adopt_native(std::move(memory), nbytes, index));
+  simpl->set_data_ptr_noswap(
+      facts.accelerator->adopt_native(take_over_memory(simpl), nbytes, index));
   simpl->set_allocator(facts.device_allocator);
   AliasImpl::relabel_as_flagos(*impl, c10::Device(c10::DeviceType::PrivateUse1, index));
   return true;
