@@ -284,8 +284,9 @@ C10_NOINLINE at::Tensor make_alias(
 }
 
 // True when nothing but `alias` refers to its objects and no kernel changed what a fresh alias
-// would not have: then it can be emptied and pooled.
-bool recyclable(const at::Tensor& alias) {
+// would not have: then it can be emptied and pooled. `pyobject` is the Python object the alias
+// may have (null: none).
+bool recyclable(const at::Tensor& alias, const void* pyobject) {
   auto* impl = alias.unsafeGetTensorImpl();
   if (alias.use_count() != 1 || alias.weak_use_count() != 1 || !impl->has_storage() ||
       typeid(*impl) != typeid(AliasImpl)) {
@@ -299,8 +300,14 @@ bool recyclable(const at::Tensor& alias) {
          impl->key_set() == fresh_alias_keys(impl->is_inference()) &&
          impl->autograd_meta() == nullptr && !impl->is_wrapped_number() &&
          impl->allow_tensor_metadata_change() && !impl->has_symbolic_sizes_strides() &&
-         impl->get_backend_meta() == nullptr && impl->pyobj_slot()->load_pyobj() == nullptr &&
+         impl->get_backend_meta() == nullptr && impl->pyobj_slot()->load_pyobj() == pyobject &&
          simpl->pyobj_slot()->load_pyobj() == nullptr;
+}
+
+// Drops an alias's reference on the flagos memory now, not when the alias is next used.
+void empty_alias(const at::Tensor& alias) {
+  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, storage->device()));
 }
 
 } // namespace
@@ -328,16 +335,36 @@ void release_alias(at::Tensor& alias) noexcept {
     return;
   }
   try {
-    if (!recyclable(alias)) {
+    if (!recyclable(alias, nullptr)) {
       return;
     }
   } catch (...) { // the first call makes the reference keys; if that fails, just do not pool
     return;
   }
-  c10::StorageImpl* storage = alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
-  // Drops the reference on the flagos storage now, not when the alias is next used.
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, storage->device()));
+  empty_alias(alias);
   pool.push(std::move(alias));
+}
+
+bool repoint_native_alias(const at::Tensor& alias, const at::Tensor& flagos) {
+  auto* impl = alias.unsafeGetTensorImpl();
+  const c10::Device native_device = hot_facts().native_device(flagos.device().index());
+  if (impl->device() != native_device || impl->is_inference() != c10::InferenceMode::is_enabled()) {
+    return false;
+  }
+  repoint_alias(impl, flagos.unsafeGetTensorImpl(), native_device, /*resizable=*/false);
+  return true;
+}
+
+bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexcept {
+  try {
+    if (!recyclable(alias, pyobject)) {
+      return false;
+    }
+  } catch (...) {
+    return false;
+  }
+  empty_alias(alias);
+  return true;
 }
 
 c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_take_over) {

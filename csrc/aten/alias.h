@@ -25,6 +25,15 @@ FLAGOS_API at::Tensor native_alias(const at::Tensor& flagos, bool resizable = fa
 // otherwise nothing happens and the alias is freed as usual when its holders let go.
 FLAGOS_API void release_alias(at::Tensor& alias) noexcept;
 
+// For callers that keep their own aliases between calls (the flagos_python route keeps them
+// with their Python objects). empty_alias_for_reuse: when nothing but its owner (`pyobject`, or
+// null for a C++ owner) refers to an alias made by native_alias and no kernel changed what a
+// fresh alias would not have, drops its reference on the flagos memory and returns true; else
+// changes nothing. repoint_native_alias: points such an emptied alias at `flagos` (read-only);
+// false, changing nothing, when it belongs to another native device or inference mode.
+FLAGOS_API bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexcept;
+FLAGOS_API bool repoint_native_alias(const at::Tensor& alias, const at::Tensor& flagos);
+
 // Maps native storages to flagos storages within one operator call, so two results that shared
 // a native storage share one flagos storage too.
 class FLAGOS_API StorageRelabeler {

@@ -154,7 +154,7 @@ void prepare_call(
           break;
         }
         const auto& t = v.toTensor();
-        if (is_flagos(t)) {
+        if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
           auto mapped = to_native(t, a.written, mapping);
           if (a.written) {
             call.written.push_back({t, mapped});

@@ -67,6 +67,9 @@ struct PreparedCall {
   // The caller hands the aliases back to the pool after the call (not for Python kernels:
   // holding an alias while its Python object dies would keep that object alive).
   bool release_aliases = false;
+  // Read-only flagos tensor arguments stay on the stack unmapped (device-checked) for the
+  // caller to map (the flagos_python route gives kernels aliases it keeps between calls).
+  bool defer_read_aliases = false;
   c10::SmallVector<Written, 2> written;
   // Aliases of read-only tensor arguments, kept when release_aliases is set.
   c10::SmallVector<at::Tensor, 4> read;

@@ -5,6 +5,7 @@
 #include "aten/alias.h"
 #include "aten/aliased_call.h"
 #include "aten/routing/router.h"
+#include "python/parked_aliases.h"
 #include "runtime/accelerator.h"
 
 #include <c10/util/SmallVector.h>
@@ -77,6 +78,24 @@ void relabel_if_only_ours(c10::IValue& v, py::handle value, c10::DeviceIndex ind
   }
 }
 
+// The keyword-only argument names of an operator as the vectorcall's `kwnames` (borrowed;
+// null when it has none), made once per operator: interned strings match the kernel's
+// parameter names by identity.
+PyObject* keyword_names(OpEntry& e) {
+  if (!e.python_kwnames_made) {
+    py::list names;
+    for (const auto& a : e.op.schema().arguments()) {
+      if (a.kwarg_only()) {
+        names.append(
+            py::reinterpret_steal<py::object>(PyUnicode_InternFromString(a.name().c_str())));
+      }
+    }
+    e.python_kwnames = names.empty() ? nullptr : py::tuple(names).release().ptr();
+    e.python_kwnames_made = true; // under the GIL, as every read
+  }
+  return static_cast<PyObject*>(e.python_kwnames);
+}
+
 void python_route(OpEntry& e, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(
       e.python_kernel.load(std::memory_order_acquire) != nullptr,
@@ -88,6 +107,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   const c10::OperatorHandle& op = e.op;
   const auto& schema = op.schema();
   PreparedCall call;
+  call.defer_read_aliases = true; // mapped below, to objects kept between calls
   prepare_call(op, e.plan, stack, Mapping::Alias, call);
   // Python kernels (Triton) launch on the current native device and stream; flagos:N is native
   // device N and flagos streams are the native ones, so make the call's device current. Only
@@ -103,12 +123,20 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     // (no tuple and dict built only to be unpacked again).
     c10::SmallVector<py::object, 8> positional;
     c10::SmallVector<py::object, 4> keywords;
-    c10::SmallVector<const char*, 4> names;
+    // The read-only flagos arguments prepare_call left unmapped, as alias objects (a second
+    // reference each, to park them once the kernel is done).
+    c10::SmallVector<py::object, 4> aliases;
     for (size_t i = 0; i < args.size(); ++i) {
-      auto obj = argument_to_python(std::move((*stack)[begin + i]), args[i]);
+      auto& v = (*stack)[begin + i];
+      py::object obj;
+      if (v.isTensor() && v.toTensor().is_privateuseone()) {
+        obj = python::alias_object(v.toTensor());
+        aliases.push_back(obj);
+      } else {
+        obj = argument_to_python(std::move(v), args[i]);
+      }
       if (args[i].kwarg_only()) {
         keywords.push_back(std::move(obj));
-        names.push_back(args[i].name().c_str());
       } else {
         positional.push_back(std::move(obj));
       }
@@ -121,18 +149,10 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     for (const auto& o : keywords) {
       argv.push_back(o.ptr());
     }
-    py::object kwnames;
-    if (!names.empty()) {
-      py::tuple t(names.size());
-      for (size_t k = 0; k < names.size(); ++k) {
-        t[k] = py::str(names[k]);
-      }
-      kwnames = std::move(t);
-    }
 
     py::object result;
     try {
-      PyObject* r = PyObject_Vectorcall(fn.ptr(), argv.data(), positional.size(), kwnames.ptr());
+      PyObject* r = PyObject_Vectorcall(fn.ptr(), argv.data(), positional.size(), keyword_names(e));
       if (r == nullptr) {
         throw py::error_already_set();
       }
@@ -191,6 +211,12 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     // re-labelled) releases. Without the GIL each such release would take it back.
     finish_call(op, e.plan, stack, call);
     call.written.clear(); // the aliases of written arguments had Python objects too
+    result = py::object();
+    positional.clear();
+    keywords.clear();
+    for (auto& alias : aliases) {
+      python::park_alias_object(std::move(alias));
+    }
   }
 }
 

@@ -56,6 +56,10 @@ struct FLAGOS_API OpEntry {
   std::atomic<bool> fallback_warned{false};
   // A PyObject* (strong reference) for the flagos_python route, owned by the Python bindings.
   std::atomic<void*> python_kernel{nullptr};
+  // The route's keyword names for its vectorcall (a tuple of interned strings, or null when
+  // the schema has no keyword-only argument), made by the bindings on first use under the GIL.
+  void* python_kwnames = nullptr;
+  bool python_kwnames_made = false;
 };
 
 // The flagos_python route, installed by the Python bindings (the core does not link Python).
