@@ -176,6 +176,58 @@ TEST(AliasPool, ARegrownResizableAliasIsEmptiedBeforePooling) {
   EXPECT_FALSE(plain.storage().resizable());
 }
 
+// Aliases a caller keeps itself (the flagos_python route, with their Python objects): emptied
+// only when unshared, then re-pointed at another tensor.
+TEST(KeptAlias, IsEmptiedOnlyWhenNothingElseHoldsIt) {
+  at::Tensor f = filled_flagos(0);
+  at::Tensor n = native_alias(f);
+  {
+    at::Tensor kept = n;
+    EXPECT_FALSE(empty_alias_for_reuse(n, nullptr));
+  }
+  {
+    at::Tensor view = n.view({4, 6}); // shares the alias's storage
+    EXPECT_FALSE(empty_alias_for_reuse(n, nullptr));
+  }
+  {
+    // Claimed by a Python object it does not have.
+    int not_its_object = 0;
+    EXPECT_FALSE(empty_alias_for_reuse(n, &not_its_object));
+  }
+  at::Tensor grad_tracking = native_alias(f).requires_grad_();
+  EXPECT_FALSE(empty_alias_for_reuse(grad_tracking, nullptr)); // autograd state on it
+  EXPECT_EQ(f.storage().use_count(), 3u);                      // the tensor and two aliases
+  ASSERT_TRUE(empty_alias_for_reuse(n, nullptr));
+  EXPECT_EQ(n.storage().data(), nullptr); // no hold on the flagos memory any more
+  EXPECT_EQ(f.storage().use_count(), 2u);
+  EXPECT_FALSE(empty_alias_for_reuse(at::ones({2}), nullptr)); // not an alias at all
+}
+
+TEST(KeptAlias, IsRepointedExactlyInItsOwnModeAndDevice) {
+  at::Tensor f = filled_flagos(0);
+  at::Tensor n = native_alias(f);
+  ASSERT_TRUE(empty_alias_for_reuse(n, nullptr));
+  at::Tensor g = at::arange(40, at::TensorOptions().dtype(at::kDouble))
+                     .to(flagos(0))
+                     .view({5, 8})
+                     .t()
+                     .slice(0, 2, 7, 2);
+  ASSERT_TRUE(repoint_native_alias(n, g));
+  EXPECT_EQ(n.data_ptr(), g.data_ptr());
+  EXPECT_EQ(n.dtype(), g.dtype());
+  EXPECT_EQ(n.sizes(), g.sizes());
+  EXPECT_EQ(n.strides(), g.strides());
+  EXPECT_EQ(n.storage_offset(), g.storage_offset());
+  EXPECT_EQ(n.is_contiguous(), g.is_contiguous());
+  EXPECT_TRUE(at::equal(n, g.cpu()));
+  ASSERT_TRUE(empty_alias_for_reuse(n, nullptr));
+  {
+    c10::InferenceMode inference; // made outside inference mode: not usable inside it
+    EXPECT_FALSE(repoint_native_alias(n, g));
+  }
+  EXPECT_EQ(n.storage().data(), nullptr); // a refused re-point changes nothing
+}
+
 TEST(FlagosFromNative, ViewOfAnAliasMapsBackToTheOriginalStorage) {
   at::Tensor f = filled_flagos(1);
   at::Tensor n = native_alias(f).view({4, 6}).transpose(0, 1).slice(0, 2, 4);
