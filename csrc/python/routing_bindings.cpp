@@ -10,6 +10,8 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <mutex>
+
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -82,6 +84,10 @@ void relabel_if_only_ours(c10::IValue& v, py::handle value, c10::DeviceIndex ind
 // null when it has none), made once per operator: interned strings match the kernel's
 // parameter names by identity.
 PyObject* keyword_names(OpEntry& e) {
+#ifdef Py_GIL_DISABLED
+  static std::mutex mutex; // no GIL to order the first call's write before other reads
+  std::lock_guard<std::mutex> lock(mutex);
+#endif
   if (!e.python_kwnames_made) {
     py::list names;
     for (const auto& a : e.op.schema().arguments()) {
@@ -91,7 +97,7 @@ PyObject* keyword_names(OpEntry& e) {
       }
     }
     e.python_kwnames = names.empty() ? nullptr : py::tuple(names).release().ptr();
-    e.python_kwnames_made = true; // under the GIL, as every read
+    e.python_kwnames_made = true; // under the GIL (or the mutex), as every read
   }
   return static_cast<PyObject*>(e.python_kwnames);
 }
