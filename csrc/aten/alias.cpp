@@ -258,6 +258,13 @@ void repoint_alias(
   describe_alias(impl, src);
 }
 
+// A kept alias can be re-pointed for this call when it is on the call's native device and in
+// the current inference mode (its dispatch keys depend on that mode).
+bool alias_fits(c10::TensorImpl* impl, const c10::Device& native_device) {
+  return impl->device() == native_device &&
+         impl->is_inference() == c10::InferenceMode::is_enabled();
+}
+
 // A new alias, for when this thread's pool has none that fits.
 C10_NOINLINE at::Tensor make_alias(
     const at::Tensor& flagos, const c10::Device& native_device, bool resizable) {
@@ -318,10 +325,7 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
   if (C10_LIKELY(pool.size != 0)) {
     at::Tensor alias = pool.pop();
     auto* impl = alias.unsafeGetTensorImpl();
-    // A pooled alias fits when it is on the same native device and in the same inference mode.
-    if (C10_LIKELY(
-            impl->device() == native_device &&
-            impl->is_inference() == c10::InferenceMode::is_enabled())) {
+    if (C10_LIKELY(alias_fits(impl, native_device))) {
       repoint_alias(impl, flagos.unsafeGetTensorImpl(), native_device, resizable);
       return alias;
     }
@@ -331,24 +335,17 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
 
 void release_alias(at::Tensor& alias) noexcept {
   auto& pool = alias_pool;
-  if (!alias.defined() || pool.size == kAliasPoolCapacity) {
+  if (!alias.defined() || pool.size == kAliasPoolCapacity ||
+      !empty_alias_for_reuse(alias, nullptr)) {
     return;
   }
-  try {
-    if (!recyclable(alias, nullptr)) {
-      return;
-    }
-  } catch (...) { // the first call makes the reference keys; if that fails, just do not pool
-    return;
-  }
-  empty_alias(alias);
   pool.push(std::move(alias));
 }
 
 bool repoint_native_alias(const at::Tensor& alias, const at::Tensor& flagos) {
   auto* impl = alias.unsafeGetTensorImpl();
   const c10::Device native_device = hot_facts().native_device(flagos.device().index());
-  if (impl->device() != native_device || impl->is_inference() != c10::InferenceMode::is_enabled()) {
+  if (!alias_fits(impl, native_device)) {
     return false;
   }
   repoint_alias(impl, flagos.unsafeGetTensorImpl(), native_device, /*resizable=*/false);
@@ -360,7 +357,7 @@ bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexce
     if (!recyclable(alias, pyobject)) {
       return false;
     }
-  } catch (...) {
+  } catch (...) { // the first call makes the reference keys; if that fails, just do not reuse
     return false;
   }
   empty_alias(alias);
