@@ -97,7 +97,7 @@ class Results {
 };
 
 // The work of one collective: the inner backend's work, reporting the flagos tensors.
-class FlagOSWork final : public c10d::Work {
+class FLAGOS_API FlagOSWork final : public c10d::Work {
  public:
   FlagOSWork(
       int rank,
@@ -145,7 +145,7 @@ class FlagOSWork final : public c10d::Work {
 
 // One work over the works issued between startCoalescing() and endCoalescing() on a tier
 // that does not coalesce natively.
-class GroupWork final : public c10d::Work {
+class FLAGOS_API GroupWork final : public c10d::Work {
  public:
   GroupWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
       : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)) {}

@@ -7,12 +7,46 @@
 #include "python/comm_bindings.h"
 
 #include "comm/process_group_flagos.h"
+#include "comm/work.h"
 
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
+
+namespace torch_fl {
+
+// The Python holder of a flagos work. The last reference takes the inner backend's work with
+// it, and torch never destroys its own works with the GIL held (its holder lets go of the GIL
+// first), so neither does this one. Layout-compatible with c10::intrusive_ptr<T>: pybind11
+// copies a returned intrusive_ptr<c10d::Work> into the holder of the registered dynamic type.
+template <class T>
+class WorkHolder {
+ public:
+  WorkHolder() = default;
+  explicit WorkHolder(T* work)
+      : work_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(work)) {}
+  WorkHolder(const WorkHolder&) = default;
+  WorkHolder& operator=(const WorkHolder&) = default;
+  ~WorkHolder() {
+    if (work_ && work_.use_count() == 1 && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      work_.reset();
+    }
+  }
+  T* get() const {
+    return work_.get();
+  }
+
+ private:
+  c10::intrusive_ptr<T> work_;
+};
+static_assert(sizeof(WorkHolder<c10d::Work>) == sizeof(c10::intrusive_ptr<c10d::Work>));
+
+} // namespace torch_fl
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, torch_fl::WorkHolder<T>, true)
 
 namespace torch_fl {
 namespace {
@@ -67,6 +101,14 @@ py::module_ bind_comm() {
       .def_property_readonly("inner", &ProcessGroupFlagOS::inner)
       .def_property_readonly(
           "inner_name", [](const ProcessGroupFlagOS& pg) { return pg.inner()->getBackendName(); });
+  // Registered, a returned work is found by its own type: pybind11 looks the dynamic type of
+  // every returned c10d::Work up, and an unregistered one costs a second, failing lookup.
+  py::class_<comm::FlagOSWork, c10d::Work, WorkHolder<comm::FlagOSWork>>(
+      sub, "FlagOSWork", "The work of one collective of ProcessGroupFlagOS");
+  py::class_<comm::GroupWork, c10d::Work, WorkHolder<comm::GroupWork>>(
+      sub,
+      "GroupWork",
+      "The works of a coalesced group of ProcessGroupFlagOS collectives, as one work");
   return sub;
 }
 

@@ -191,6 +191,8 @@ def test_work_reports_flagos_results_and_a_flagos_future() -> None:
     _init()
     t = torch.full((4,), 3.0, device="flagos")
     work = dist.all_reduce(t, async_op=True)
+    # Its own registered type (a dist.Work), so pybind11 finds it at the first lookup.
+    assert isinstance(work, dist.Work) and type(work).__name__ == "FlagOSWork"
     assert work.wait()
     torch.flagos.synchronize()  # on a GPU wait() only orders the stream
     assert work.is_completed()
