@@ -394,9 +394,10 @@ at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabe
   const auto* src = native.unsafeGetTensorImpl();
   TORCH_CHECK(
       native.layout() == c10::kStrided,
-      "flagos supports strided tensors only; a kernel returned a ",
+      "flagos holds strided and sparse COO tensors only; a kernel returned a ",
       native.layout(),
-      " tensor");
+      " tensor (keep compressed sparse tensors on the cpu, or convert them there with "
+      ".to_sparse_coo() or .to_dense())");
   // A result someone else still holds (a Python kernel that kept the tensor it returned) keeps
   // its memory: taking it over would leave their tensor without any.
   auto result = at::detail::make_tensor<c10::TensorImpl>(

@@ -2,6 +2,7 @@
 
 #include "aten/alias.h"
 #include "aten/device_check.h"
+#include "aten/sparse/sparse_alias.h"
 #include "runtime/accelerator.h"
 #include "runtime/generator.h"
 
@@ -55,7 +56,7 @@ std::optional<ArgPlan::Kind> kind_of(const c10::TypePtr& type) {
 
 at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
   if (mapping == Mapping::Alias) {
-    return native_alias(t, writes);
+    return t.layout() == c10::kSparse ? native_sparse_alias(t, writes) : native_alias(t, writes);
   }
   return t.to(c10::Device(c10::DeviceType::CPU));
 }
@@ -237,7 +238,11 @@ void finish_call(
     PreparedCall& call) {
   for (const auto& w : call.written) {
     if (call.mapping == Mapping::Alias) {
-      sync_from_alias(w.original, w.mapped);
+      if (w.original.layout() == c10::kSparse) {
+        sync_sparse_from_alias(w.original, w.mapped);
+      } else {
+        sync_from_alias(w.original, w.mapped);
+      }
     } else {
       if (w.original.sizes() != w.mapped.sizes()) {
         w.original.resize_(w.mapped.sizes());
@@ -254,6 +259,9 @@ void finish_call(
   auto relabel = [&](at::Tensor t) -> at::Tensor {
     if (call.mapping == Mapping::Copy && t.defined() && t.device().type() == native_type) {
       return t.to(flagos);
+    }
+    if (t.defined() && t.layout() == c10::kSparse && t.device().type() == native_type) {
+      return flagos_sparse_from_native(t, call.index);
     }
     return to_flagos(std::move(t));
   };

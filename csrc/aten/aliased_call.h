@@ -11,8 +11,9 @@
 //
 // Two mappings exist. Alias: zero-copy native TensorImpls over the flagos memory (the cpu
 // accelerator's CPU kernels, the cuda accelerator's CUDA kernels, and the arguments handed to
-// Python kernels). Copy: host CPU copies, for running a CPU kernel when flagos memory is device
-// memory (cpu_fallback on a device accelerator).
+// Python kernels); a sparse COO tensor maps to a native sparse tensor over aliases of its
+// indices and values (aten/sparse/sparse_alias.h). Copy: host CPU copies, for running a CPU kernel
+// when flagos memory is device memory (cpu_fallback on a device accelerator).
 //
 // The per-operator work that depends only on the schema (which arguments are tensors, which
 // are written, which argument each written result returns) is an ArgPlan, built once per

@@ -1,6 +1,7 @@
 #include "aten/routing/router.h"
 
 #include "aten/fast/registry.h"
+#include "aten/sparse/sparse_kernels.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/record_function.h>
@@ -710,6 +711,7 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
 
 void load(const std::string& path, const std::string& origin) {
   register_direct_kernels();
+  register_sparse_kernels();
   std::unordered_map<std::string, TableRoute> table;
   for (const auto& e : parse_table(path, /*check_available=*/true)) {
     table[e.op] = TableRoute{*route_from_name(e.route), e.file + ":" + std::to_string(e.line)};

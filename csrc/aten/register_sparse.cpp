@@ -1,0 +1,226 @@
+// Sparse COO tensors on flagos: a SparseTensorImpl over flagos indices and values.
+//
+// Factories and the accessors of a sparse tensor's parts are torch's device-generic sparse
+// kernels: the accessors must return the tensor's own indices and values (views of it), which a
+// call over aliases could not. Every other sparse operator runs the native device's sparse
+// kernel over zero-copy aliases (aten/sparse/sparse_alias.h), as dense ones run its dense
+// kernels; it is not routed (routing tables name dense kernels). Compressed layouts (CSR, CSC,
+// BSR, BSC) are refused with a message saying so.
+
+#include "aten/sparse/sparse_kernels.h"
+
+#include "aten/aliased_call.h"
+#include "runtime/accelerator.h"
+
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_dimI_native.h>
+#include <ATen/ops/_dimV_native.h>
+#include <ATen/ops/_indices_native.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
+#include <ATen/ops/_values_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/copy_sparse_to_sparse_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/empty_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
+#include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/values_native.h>
+#include <torch/library.h>
+
+#include <mutex>
+
+namespace torch_fl {
+namespace {
+
+c10::DispatchKey native_sparse_key() {
+  switch (accelerator().native_dispatch_key()) {
+    case c10::DispatchKey::CPU:
+      return c10::DispatchKey::SparseCPU;
+    case c10::DispatchKey::CUDA:
+      return c10::DispatchKey::SparseCUDA;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          false,
+          "flagos: sparse tensors are not supported on the ",
+          accelerator().name(),
+          " accelerator");
+  }
+}
+
+// torch's generated wrappers of its sparse factories make the tensor's device current first:
+// a SparseTensorImpl takes the current device for its placeholder parts and then requires the
+// real ones to be on it. These do the same around torch's device-generic factories.
+c10::DeviceIndex index_of(std::optional<c10::Device> device) {
+  return device.has_value() && device->type() == c10::DeviceType::PrivateUse1 ? device->index()
+                                                                              : -1;
+}
+
+at::Tensor empty_sparse(
+    c10::SymIntArrayRef size,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout,
+    std::optional<at::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<at::MemoryFormat> memory_format) {
+  DeviceScope scope(index_of(device));
+  return at::native::empty_sparse_symint(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor sparse_with_dims(
+    int64_t sparse_dim,
+    int64_t dense_dim,
+    at::IntArrayRef size,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout,
+    std::optional<at::Device> device,
+    std::optional<bool> pin_memory) {
+  DeviceScope scope(index_of(device));
+  return at::native::new_with_dims_sparse(
+      sparse_dim, dense_dim, size, dtype, layout, device, pin_memory);
+}
+
+at::Tensor sparse_with_dims_and_tensors(
+    int64_t sparse_dim,
+    int64_t dense_dim,
+    c10::SymIntArrayRef size,
+    const at::Tensor& indices,
+    const at::Tensor& values,
+    std::optional<at::ScalarType> dtype,
+    std::optional<at::Layout> layout,
+    std::optional<at::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<bool> is_coalesced) {
+  DeviceScope scope(index_of(device));
+  return at::native::new_with_dims_and_tensor_sparse_symint(
+      sparse_dim,
+      dense_dim,
+      size,
+      indices,
+      values,
+      dtype,
+      layout,
+      device,
+      pin_memory,
+      is_coalesced);
+}
+
+void sparse_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto key = native_sparse_key();
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      op.hasComputedKernelForDispatchKey(key),
+      op.schema().operator_name(),
+      " has no ",
+      c10::toString(key),
+      " kernel in the installed torch, so it cannot run on flagos sparse tensors either; "
+      "convert with .to_dense() first");
+  call_native_aliased(op, stack, key);
+}
+
+// Compressed tensors are refused where they would be made (their factories, and every operator
+// on one, should one be made another way).
+void refuse_compressed(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false,
+      op.schema().operator_name(),
+      ": flagos supports the sparse COO layout (torch.sparse_coo) but not the compressed ones "
+      "(CSR, CSC, BSR, BSC). Keep compressed tensors on the cpu, or convert them there with "
+      ".to_sparse_coo() or .to_dense() before moving them to flagos.");
+}
+
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_sparse));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(sparse_with_dims));
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(sparse_with_dims_and_tensors));
+  m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
+  m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("_dimI", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("_dimV", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
+  m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+  m.impl("sparse_resize_", TORCH_FN(at::native::sparse_resize_));
+  m.impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
+  // copy_ may cross devices (cpu <-> flagos): it copies the parts, each a dense copy.
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_wrapper_));
+  m.impl("copy_sparse_to_sparse_", TORCH_FN(at::native::copy_sparse_));
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
+}
+
+// The compressed factories: composites that dispatch on their options (BackendSelect picks
+// SparseCsrPrivateUse1) or on their dense flagos parts.
+constexpr const char* kCompressedFactories[] = {
+    "_sparse_compressed_tensor_unsafe",
+    "_sparse_csr_tensor_unsafe",
+    "_sparse_csc_tensor_unsafe",
+    "_sparse_bsr_tensor_unsafe",
+    "_sparse_bsc_tensor_unsafe",
+    "sparse_compressed_tensor.comp_plain_value",
+    "sparse_compressed_tensor.comp_plain_value_size",
+    "sparse_csr_tensor.crow_col_value",
+    "sparse_csr_tensor.crow_col_value_size",
+    "sparse_csc_tensor.ccol_row_value",
+    "sparse_csc_tensor.ccol_row_value_size",
+    "sparse_bsr_tensor.crow_col_value",
+    "sparse_bsr_tensor.crow_col_value_size",
+    "sparse_bsc_tensor.ccol_row_value",
+    "sparse_bsc_tensor.ccol_row_value_size"};
+
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  for (const char* name : kCompressedFactories) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
+  }
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : kCompressedFactories) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
+  }
+}
+
+} // namespace
+
+void register_sparse_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // An operator with both a native sparse kernel and a CompositeExplicitAutograd one (copy_,
+    // clone, zero_, ...) would run the composite, a dense implementation, for SparsePrivateUse1:
+    // the fallback comes after composites. A kernel of our own puts the sparse one first.
+    auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
+        torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
+    const auto key = native_sparse_key();
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) {
+        continue;
+      }
+      auto op = dispatcher.findSchema(name);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1) ||
+          !op->hasKernelForDispatchKey(key)) {
+        continue;
+      }
+      std::string schema_name = name.name.substr(6);
+      if (!name.overload_name.empty()) {
+        schema_name += "." + name.overload_name;
+      }
+      lib->impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
+    }
+  });
+}
+
+} // namespace torch_fl
