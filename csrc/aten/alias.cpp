@@ -398,6 +398,12 @@ at::Tensor flagos_from_native(const at::Tensor& native, StorageRelabeler& relabe
       native.layout(),
       " tensor (keep compressed sparse tensors on the cpu, or convert them there with "
       ".to_sparse_coo() or .to_dense())");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !native.is_quantized(),
+      "flagos does not hold quantized tensors; a kernel returned a ",
+      native.scalar_type(),
+      " tensor. Quantize and run quantized kernels on the cpu, and keep flagos tensors in "
+      "non-quantized dtypes");
   // A result someone else still holds (a Python kernel that kept the tensor it returned) keeps
   // its memory: taking it over would leave their tensor without any.
   auto result = at::detail::make_tensor<c10::TensorImpl>(

@@ -130,6 +130,25 @@ def test_unsupported_dtype_or_op_is_a_clear_error() -> None:
         x.to(device="flagos", dtype="float32")
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.quantize_per_tensor(torch.ones(3, device="flagos"), 0.1, 0, torch.qint8),
+        lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8).to("flagos"),
+        lambda: torch._empty_affine_quantized(
+            (2,), scale=0.1, zero_point=0, dtype=torch.quint8, device="flagos"
+        ),
+    ],
+    ids=["kernel_result", "to", "factory"],
+)
+def test_quantized_tensors_are_refused_with_the_way_out(make) -> None:
+    # Never a flagos tensor of a quantized dtype without its quantizer.
+    allocated = F.memory_allocated()
+    with pytest.raises(NotImplementedError, match="does not hold quantized tensors.*cpu"):
+        make()
+    assert F.memory_allocated() == allocated
+
+
 def test_state_is_untouched_after_errors() -> None:
     a = torch.ones(3, device="flagos")
     with pytest.raises(RuntimeError):
