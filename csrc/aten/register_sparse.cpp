@@ -10,6 +10,7 @@
 #include "aten/sparse/sparse_kernels.h"
 
 #include "aten/aliased_call.h"
+#include "aten/native/minimal.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/ops/_coalesced_native.h>
@@ -54,12 +55,8 @@ c10::DispatchKey native_sparse_key() {
 
 // torch's generated wrappers of its sparse factories make the tensor's device current first:
 // a SparseTensorImpl takes the current device for its placeholder parts and then requires the
-// real ones to be on it. These do the same around torch's device-generic factories.
-c10::DeviceIndex index_of(std::optional<c10::Device> device) {
-  return device.has_value() && device->type() == c10::DeviceType::PrivateUse1 ? device->index()
-                                                                              : -1;
-}
-
+// real ones to be on it. These do the same around torch's device-generic factories (and check
+// the index as flagos's dense factories do).
 at::Tensor empty_sparse(
     c10::SymIntArrayRef size,
     std::optional<at::ScalarType> dtype,
@@ -67,7 +64,7 @@ at::Tensor empty_sparse(
     std::optional<at::Device> device,
     std::optional<bool> pin_memory,
     std::optional<at::MemoryFormat> memory_format) {
-  DeviceScope scope(index_of(device));
+  DeviceScope scope(native::factory_device_index(device));
   return at::native::empty_sparse_symint(size, dtype, layout, device, pin_memory, memory_format);
 }
 
@@ -79,7 +76,7 @@ at::Tensor sparse_with_dims(
     std::optional<at::Layout> layout,
     std::optional<at::Device> device,
     std::optional<bool> pin_memory) {
-  DeviceScope scope(index_of(device));
+  DeviceScope scope(native::factory_device_index(device));
   return at::native::new_with_dims_sparse(
       sparse_dim, dense_dim, size, dtype, layout, device, pin_memory);
 }
@@ -95,7 +92,7 @@ at::Tensor sparse_with_dims_and_tensors(
     std::optional<at::Device> device,
     std::optional<bool> pin_memory,
     std::optional<bool> is_coalesced) {
-  DeviceScope scope(index_of(device));
+  DeviceScope scope(native::factory_device_index(device));
   return at::native::new_with_dims_and_tensor_sparse_symint(
       sparse_dim,
       dense_dim,

@@ -238,6 +238,14 @@ def test_operators_keep_no_memory_alive() -> None:
 # ---- errors ------------------------------------------------------------------------------------
 
 
+def test_a_factory_on_a_missing_device_names_the_valid_range() -> None:
+    bad = torch.flagos.device_count()
+    with pytest.raises(IndexError, match=rf"Invalid device flagos:{bad}"):
+        torch.empty(2, 3, device=f"flagos:{bad}", layout=torch.sparse_coo)
+    with pytest.raises(IndexError, match=rf"Invalid device flagos:{bad}"):
+        _sparse().to(f"flagos:{bad}")
+
+
 def test_mixing_a_cpu_sparse_tensor_is_the_usual_device_error() -> None:
     s = _sparse()
     with pytest.raises(RuntimeError, match="same device.*flagos:0 and cpu"):

@@ -21,18 +21,6 @@ bool is_flagos(const at::Tensor& t) {
   return t.device().type() == kFlagos;
 }
 
-c10::DeviceIndex target_index(std::optional<at::Device> device) {
-  if (device.has_value()) {
-    TORCH_CHECK(
-        device->type() == kFlagos,
-        "flagos factory got device ",
-        *device,
-        "; expected a flagos device");
-    return resolve_device_index(device->index());
-  }
-  return resolve_device_index(-1);
-}
-
 void check_factory_options(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
   TORCH_CHECK(
       !layout.has_value() || *layout == at::kStrided,
@@ -59,6 +47,18 @@ void resize_impl(
 
 } // namespace
 
+c10::DeviceIndex factory_device_index(std::optional<at::Device> device) {
+  if (device.has_value()) {
+    TORCH_CHECK(
+        device->type() == kFlagos,
+        "flagos factory got device ",
+        *device,
+        "; expected a flagos device");
+    return resolve_device_index(device->index());
+  }
+  return resolve_device_index(-1);
+}
+
 at::Tensor empty_memory_format(
     at::IntArrayRef size,
     std::optional<at::ScalarType> dtype,
@@ -67,7 +67,7 @@ at::Tensor empty_memory_format(
     std::optional<bool> pin_memory,
     std::optional<at::MemoryFormat> memory_format) {
   check_factory_options(layout, pin_memory);
-  const auto index = target_index(device);
+  const auto index = factory_device_index(device);
   DeviceScope scope(index);
   return at::detail::empty_generic(
       size,
@@ -85,7 +85,7 @@ at::Tensor empty_strided(
     std::optional<at::Device> device,
     std::optional<bool> pin_memory) {
   check_factory_options(layout, pin_memory);
-  const auto index = target_index(device);
+  const auto index = factory_device_index(device);
   DeviceScope scope(index);
   return at::detail::empty_strided_generic(
       size,

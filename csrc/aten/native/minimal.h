@@ -10,6 +10,10 @@
 
 namespace torch_fl::native {
 
+// The flagos device index a factory's `device` option names (checked; the current device when
+// unset or without an index).
+c10::DeviceIndex factory_device_index(std::optional<at::Device> device);
+
 at::Tensor empty_memory_format(
     at::IntArrayRef size,
     std::optional<at::ScalarType> dtype,
