@@ -5,7 +5,7 @@
 // call over aliases could not. Every other sparse operator runs the native device's sparse
 // kernel over zero-copy aliases (aten/sparse/sparse_alias.h), as dense ones run its dense
 // kernels; it is not routed (routing tables name dense kernels). Compressed layouts (CSR, CSC,
-// BSR, BSC) are refused with a message saying so.
+// BSR, BSC) are refused (register_unsupported.cpp).
 
 #include "aten/sparse/sparse_kernels.h"
 
@@ -118,17 +118,6 @@ void sparse_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call_native_aliased(op, stack, key);
 }
 
-// Compressed tensors are refused where they would be made (their factories, and every operator
-// on one, should one be made another way).
-void refuse_compressed(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      false,
-      op.schema().operator_name(),
-      ": flagos supports the sparse COO layout (torch.sparse_coo) but not the compressed ones "
-      "(CSR, CSC, BSR, BSC). Keep compressed tensors on the cpu, or convert them there with "
-      ".to_sparse_coo() or .to_dense() before moving them to flagos.");
-}
-
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_sparse));
   m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(sparse_with_dims));
@@ -153,41 +142,6 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
-}
-
-TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
-}
-
-// The compressed factories: composites that dispatch on their options (BackendSelect picks
-// SparseCsrPrivateUse1) or on their dense flagos parts.
-constexpr const char* kCompressedFactories[] = {
-    "_sparse_compressed_tensor_unsafe",
-    "_sparse_csr_tensor_unsafe",
-    "_sparse_csc_tensor_unsafe",
-    "_sparse_bsr_tensor_unsafe",
-    "_sparse_bsc_tensor_unsafe",
-    "sparse_compressed_tensor.comp_plain_value",
-    "sparse_compressed_tensor.comp_plain_value_size",
-    "sparse_csr_tensor.crow_col_value",
-    "sparse_csr_tensor.crow_col_value_size",
-    "sparse_csc_tensor.ccol_row_value",
-    "sparse_csc_tensor.ccol_row_value_size",
-    "sparse_bsr_tensor.crow_col_value",
-    "sparse_bsr_tensor.crow_col_value_size",
-    "sparse_bsc_tensor.ccol_row_value",
-    "sparse_bsc_tensor.ccol_row_value_size"};
-
-TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
-  for (const char* name : kCompressedFactories) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
-  }
-}
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* name : kCompressedFactories) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_compressed>());
-  }
 }
 
 } // namespace
