@@ -8,8 +8,8 @@ match the native ones, stay on flagos, and leave the inputs as the native call l
 
 Random operators are compared on the cpu accelerator, seeded before each call (flagos draws
 from a CPU generator stream there); on device accelerators they are left out (the device's
-generator, tests/unit/test_rng.py). Left out everywhere: sparse layouts (flagos tensors are
-strided only) and uninitialised results (empty*).
+generator, tests/unit/test_rng.py). Left out everywhere: sparse layouts (their samples run in
+test_sparse_opinfo.py) and uninitialised results (empty*).
 A sample whose non-tensor arguments differ between the two draws (a scalar drawn after the
 device's tensors) is not comparable and is skipped.
 """
