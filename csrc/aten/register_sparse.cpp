@@ -38,19 +38,10 @@
 namespace torch_fl {
 namespace {
 
+// The sparse key of the native device (SparseCPU, SparseCUDA).
 c10::DispatchKey native_sparse_key() {
-  switch (accelerator().native_dispatch_key()) {
-    case c10::DispatchKey::CPU:
-      return c10::DispatchKey::SparseCPU;
-    case c10::DispatchKey::CUDA:
-      return c10::DispatchKey::SparseCUDA;
-    default:
-      TORCH_CHECK_NOT_IMPLEMENTED(
-          false,
-          "flagos: sparse tensors are not supported on the ",
-          accelerator().name(),
-          " accelerator");
-  }
+  return c10::toRuntimePerBackendFunctionalityKey(
+      c10::DispatchKey::Sparse, c10::toBackendComponent(accelerator().native_dispatch_key()));
 }
 
 // torch's generated wrappers of its sparse factories make the tensor's device current first:

@@ -6,6 +6,8 @@
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 
+#include <utility>
+
 namespace torch_fl {
 namespace {
 
@@ -38,6 +40,16 @@ at::Tensor sparse_over(
       like.coalesced());
 }
 
+// The indices and values of a native sparse tensor as flagos:index tensors (one relabeler: a
+// kernel may return parts that share memory).
+std::pair<at::Tensor, at::Tensor> flagos_parts(
+    const at::SparseTensorImpl& native, c10::DeviceIndex index) {
+  StorageRelabeler relabeler(index);
+  return {
+      flagos_from_native(native.indices(), relabeler),
+      flagos_from_native(native.values(), relabeler)};
+}
+
 } // namespace
 
 at::Tensor native_sparse_alias(const at::Tensor& flagos, bool resizable) {
@@ -53,12 +65,12 @@ at::Tensor native_sparse_alias(const at::Tensor& flagos, bool resizable) {
 
 at::Tensor flagos_sparse_from_native(const at::Tensor& native, c10::DeviceIndex index) {
   const auto* impl = sparse_impl(native);
-  StorageRelabeler relabeler(index);
+  auto [indices, values] = flagos_parts(*impl, index);
   return sparse_over(
       *impl,
       native.sym_sizes(),
-      flagos_from_native(impl->indices(), relabeler),
-      flagos_from_native(impl->values(), relabeler),
+      indices,
+      values,
       c10::Device(c10::DeviceType::PrivateUse1, index),
       index);
 }
@@ -66,10 +78,7 @@ at::Tensor flagos_sparse_from_native(const at::Tensor& native, c10::DeviceIndex 
 void sync_sparse_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   auto* dst = sparse_impl(original);
   const auto* src = sparse_impl(alias);
-  const auto index = original.device().index();
-  StorageRelabeler relabeler(index);
-  at::Tensor indices = flagos_from_native(src->indices(), relabeler);
-  at::Tensor values = flagos_from_native(src->values(), relabeler);
+  auto [indices, values] = flagos_parts(*src, original.device().index());
   dst->raw_resize_(src->sparse_dim(), src->dense_dim(), alias.sizes());
   dst->set_indices_and_values_unsafe(indices, values);
   dst->set_coalesced(src->coalesced());
