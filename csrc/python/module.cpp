@@ -19,6 +19,7 @@ namespace torch_fl {
 
 void init_routing_bindings(py::module_& m);
 void init_cost_bindings(py::module_& m);
+void init_graph_bindings(py::module_& m);
 
 namespace {
 
@@ -83,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   init_routing_bindings(m);
   init_comm_bindings(m);
   init_cost_bindings(m);
+  init_graph_bindings(m);
   m.def("_config_error", &config_error);
   m.def("_accelerator_name", [] { return std::string(accelerator().name()); });
   m.def("_native_device_type", [] {

@@ -29,6 +29,7 @@ CASES = [
     ("allreduce_bandwidth.py", ["--rounds", "1", "--sizes", "1M"], "ratio"),
     ("flaggems_overhead.py", ["--reps", "1", "--calls", "1"], r"skipped, |extra us"),
     ("compile_speedup.py", ["--rounds", "1", "--iters", "1"], "ratio of speedups"),
+    ("graph_replay.py", ["--rounds", "1", "--iters", "1", "--layers", "1"], "graph replay"),
     pytest.param(
         "transformer_e2e.py",
         ["--rounds", "1", "--steps", "1", "--decode-tokens", "2"],

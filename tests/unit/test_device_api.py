@@ -182,7 +182,8 @@ def test_public_names_listed() -> None:
     max_memory_reserved memory_stats reset_peak_memory_stats empty_cache mem_get_info
     manual_seed manual_seed_all seed initial_seed get_rng_state get_rng_state_all
     set_rng_state set_rng_state_all get_device_name get_device_properties
-    get_device_capability get_amp_supported_dtype is_bf16_supported""".split()
+    get_device_capability get_amp_supported_dtype is_bf16_supported FlagOSGraph graph
+    graph_pool_handle make_graphed_callables""".split()
     for name in required:
         assert callable(getattr(F, name)), name
         assert name in F.__all__, name

@@ -71,6 +71,12 @@ from torch_fl.flagos._streams import (
     set_stream,
     stream,
 )
+from torch_fl.flagos.graphs import (
+    FlagOSGraph,
+    graph,
+    graph_pool_handle,
+    make_graphed_callables,
+)
 
 # Raised when a flagos allocation fails (`except torch.flagos.OutOfMemoryError`), as on cuda.
 OutOfMemoryError = torch.OutOfMemoryError
@@ -78,6 +84,7 @@ OutOfMemoryError = torch.OutOfMemoryError
 __all__ = [
     "DeviceProperties",
     "Event",
+    "FlagOSGraph",
     "OutOfMemoryError",
     "Stream",
     "StreamContext",
@@ -101,6 +108,8 @@ __all__ = [
     "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
     "host_memory_stats",
     "host_memory_stats_as_nested_dict",
     "init",
@@ -109,6 +118,7 @@ __all__ = [
     "is_bf16_supported",
     "is_current_stream_capturing",
     "is_initialized",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",

@@ -3,6 +3,7 @@
 #include "aten/fast/registry.h"
 #include "aten/sparse/sparse_kernels.h"
 #include "runtime/accelerator.h"
+#include "runtime/graph_capture.h"
 
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
@@ -312,6 +313,15 @@ void log_call(OpEntry& e, Route r) {
 // cpu_fallback with host copies: what a device accelerator runs, and where strict mode and
 // FLAGOS_LOG=fallback apply.
 void check_copy_fallback(OpEntry& e) {
+  // Host copies synchronise with the device, which a stream capture forbids: say which operator
+  // broke the capture rather than let the native runtime invalidate it.
+  TORCH_CHECK(
+      !capturing_on_this_thread(),
+      e.name,
+      " runs on cpu_fallback (its arguments copied to host memory and back), which a graph "
+      "cannot capture. Route it to a device implementation (",
+      env_name_for(e.name),
+      "=<route>, or torch_fl.routing.set_route) or call it outside the capture.");
   if (g_strict.load(std::memory_order_relaxed)) {
     TORCH_CHECK(
         false,

@@ -1,0 +1,24 @@
+#pragma once
+
+#include "macros.h"
+
+// Graph capture of flagos work (torch.flagos.FlagOSGraph, torch.accelerator.Graph). flagos
+// streams are the native device's streams, so the native graph (a CUDA graph on the cuda
+// accelerator) records flagos kernels as it records its own; torch_fl only adds the refusal on
+// the cpu accelerator and a clear error for work that cannot be captured.
+
+#include <string>
+
+namespace torch_fl {
+
+// Throws, saying why, unless this build's accelerator can capture graphs (device accelerators
+// can; the cpu accelerator runs each operator on the host when it is called).
+FLAGOS_API void check_graph_capture_supported(const char* what);
+
+// A capture started or ended on this thread (captures record the calling thread's stream).
+FLAGOS_API void note_capture_begin();
+FLAGOS_API void note_capture_end();
+// Whether a flagos graph is capturing on this thread.
+FLAGOS_API bool capturing_on_this_thread();
+
+} // namespace torch_fl
