@@ -141,6 +141,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_accumulated_memory_stats", [](int index) {
     accelerator().device_allocator()->resetAccumulatedStats(resolve_device_index(index));
   });
+  m.def("_memory_segments", [] {
+    py::list out;
+    for (const auto& seg : accelerator().memory_segments()) {
+      py::dict d;
+      d["device"] = static_cast<int>(seg.device);
+      d["address"] = seg.address;
+      d["size"] = seg.size;
+      d["requested"] = seg.requested;
+      d["in_use"] = seg.in_use;
+      d["adopted"] = seg.adopted;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("_mem_get_info", [](int index) {
     return accelerator().device_allocator()->getMemoryInfo(resolve_device_index(index));
   });

@@ -66,4 +66,9 @@ double Accelerator::memory_fraction(c10::DeviceIndex) const {
   TORCH_CHECK(false, "the ", name(), " accelerator's memory limit is set by its native pool");
 }
 
+std::vector<MemorySegment> Accelerator::memory_segments() const {
+  TORCH_CHECK(
+      false, "the ", name(), " accelerator's memory is the native pool's; snapshot it there");
+}
+
 } // namespace torch_fl

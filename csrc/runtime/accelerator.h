@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace at {
 struct HostAllocator;
@@ -33,6 +34,16 @@ struct DeviceProperties {
   int minor = 0;
   size_t total_memory = 0;
   int multi_processor_count = 0;
+};
+
+// One segment of flagos device memory, as torch.flagos.memory_snapshot() lists it.
+struct MemorySegment {
+  c10::DeviceIndex device = 0;
+  uintptr_t address = 0;
+  size_t size = 0;      // reserved
+  size_t requested = 0; // asked for by the allocation using it (0 while cached)
+  bool in_use = false;  // handed out (false: cached for reuse)
+  bool adopted = false; // memory a native kernel allocated (a routed call's result)
 };
 
 class Accelerator {
@@ -89,6 +100,10 @@ class Accelerator {
   // own pool implements these.
   virtual void set_memory_fraction(double fraction, c10::DeviceIndex index);
   virtual double memory_fraction(c10::DeviceIndex index) const;
+
+  // The segments of the accelerator's own pool (torch.flagos.memory_snapshot on the cpu
+  // accelerator). Device accelerators share the native pool, whose snapshot torch.cuda takes.
+  virtual std::vector<MemorySegment> memory_segments() const;
 };
 
 // The accelerator of this build. Created on first use; never destroyed.

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace torch_fl::testing {
 namespace {
@@ -247,6 +248,58 @@ TEST_F(DeviceAllocatorTest, AdoptedNativeMemoryIsAccountedUntilReleased) {
   EXPECT_EQ(after.allocated_bytes[all].current, before.allocated_bytes[all].current);
   EXPECT_EQ(after.reserved_bytes[all].current, before.reserved_bytes[all].current);
   EXPECT_EQ(after.num_device_free - before.num_device_free, 1);
+}
+
+// The adopted list is intrusive and unlinked from any position: three adoptions released
+// middle first, then the rest, each leaving exactly the others listed.
+TEST_F(DeviceAllocatorTest, SegmentsListOwnCachedAndAdoptedMemory) {
+  const auto listed = [](const void* ptr) -> const MemorySegment* {
+    static std::vector<MemorySegment> last;
+    last = accelerator().memory_segments();
+    for (const auto& seg : last) {
+      if (seg.address == reinterpret_cast<uintptr_t>(ptr)) {
+        return &seg;
+      }
+    }
+    return nullptr;
+  };
+  std::vector<c10::DataPtr> adopted;
+  std::vector<void*> addresses;
+  for (int i = 0; i < 3; ++i) {
+    c10::DataPtr native = c10::GetCPUAllocator()->allocate(100 * (i + 1));
+    addresses.push_back(native.get());
+    adopted.push_back(accelerator().adopt_native(std::move(native), 100 * (i + 1), 1));
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto* seg = listed(addresses[i]);
+    ASSERT_NE(seg, nullptr);
+    EXPECT_TRUE(seg->adopted && seg->in_use);
+    EXPECT_EQ(seg->device, 1);
+    EXPECT_EQ(seg->size, 100u * (i + 1));
+  }
+  adopted[1].clear();
+  EXPECT_EQ(listed(addresses[1]), nullptr);
+  EXPECT_NE(listed(addresses[0]), nullptr);
+  EXPECT_NE(listed(addresses[2]), nullptr);
+  adopted[2].clear(); // the head
+  adopted[0].clear(); // the tail
+  EXPECT_EQ(listed(addresses[0]), nullptr);
+  EXPECT_EQ(listed(addresses[2]), nullptr);
+
+  c10::DeviceGuard guard(flagos(0));
+  c10::DataPtr own = allocator().allocate(1000);
+  void* own_ptr = own.get();
+  const auto* in_use = listed(own_ptr);
+  ASSERT_NE(in_use, nullptr);
+  EXPECT_TRUE(in_use->in_use && !in_use->adopted);
+  EXPECT_EQ(in_use->requested, 1000u);
+  EXPECT_EQ(in_use->device, 0);
+  own.clear();
+  const auto* cached = listed(own_ptr);
+  ASSERT_NE(cached, nullptr);
+  EXPECT_FALSE(cached->in_use);
+  allocator().emptyCache({0, 0});
+  EXPECT_EQ(listed(own_ptr), nullptr);
 }
 
 TEST_F(DeviceAllocatorTest, AdoptingNullMemoryGivesAnEmptyPointer) {

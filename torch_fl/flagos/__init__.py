@@ -2,6 +2,7 @@
 
 import torch
 
+from torch_fl.flagos import _memory as memory
 from torch_fl.flagos import amp
 from torch_fl.flagos._device import (
     _is_in_bad_fork,
@@ -30,6 +31,7 @@ from torch_fl.flagos._memory import (
     memory_allocated,
     memory_cached,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
     memory_stats_as_nested_dict,
     memory_summary,
@@ -127,7 +129,9 @@ __all__ = [
     "mem_get_info",
     "memory_allocated",
     "memory_cached",
+    "memory",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_stats_as_nested_dict",
     "memory_summary",

@@ -190,3 +190,94 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
         lines.append(f"{title:<34}{stats.get(key, 0):>13}")
     lines.append(rule)
     return "\n".join(lines) + "\n"
+
+
+# ---- snapshots: which memory is where, as torch.cuda.memory._snapshot reports it ----
+
+_SMALL_SEGMENT = 1 << 20  # torch.cuda calls segments below 1 MiB "small"
+
+
+def _on_native_pool() -> bool:
+    """Device accelerators share the native device's pool: its snapshot is flagos's too."""
+    return _C._native_device_type() != "cpu"
+
+
+def _segment(raw: dict[str, Any]) -> dict[str, Any]:
+    """One segment of the cpu accelerator's pool in torch.cuda's snapshot format. Blocks are
+    never split there, so each segment holds exactly one block."""
+    used = raw["size"] if raw["in_use"] else 0
+    block = {
+        "address": raw["address"],
+        "size": raw["size"],
+        "requested_size": raw["requested"],
+        "state": "active_allocated" if raw["in_use"] else "inactive",
+        "frames": [],
+    }
+    return {
+        "device": raw["device"],
+        "address": raw["address"],
+        "total_size": raw["size"],
+        "allocated_size": used,
+        "active_size": used,
+        "requested_size": raw["requested"],
+        "stream": 0,
+        "segment_type": "small" if raw["size"] < _SMALL_SEGMENT else "large",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        # memory a native kernel allocated and flagos adopted (a routed call's result)
+        "adopted": raw["adopted"],
+        "frames": [],
+        "blocks": [block],
+    }
+
+
+def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The segments of flagos device memory, in torch.cuda.memory_snapshot's format.
+
+    On a device accelerator flagos memory is the native pool's (flagos:N is cuda:N), so this is
+    torch.cuda.memory_snapshot(*args, **kwargs): native tensors' segments included. On the cpu
+    accelerator: every segment of the flagos pool (in use, cached, or adopted from a native
+    kernel), sorted by device and address; it takes no arguments there."""
+    if _on_native_pool():
+        return torch.cuda.memory_snapshot(*args, **kwargs)
+    if args or kwargs:
+        raise TypeError(
+            "torch.flagos.memory_snapshot() takes no arguments on the cpu accelerator "
+            "(its pool has no memory pools or traces to select)"
+        )
+    segments = [_segment(raw) for raw in _C._memory_segments()]
+    return sorted(segments, key=lambda s: (s["device"], s["address"]))
+
+
+def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+    """torch.cuda.memory._snapshot for flagos: {"segments": ..., "device_traces": ...}. The cpu
+    accelerator records no allocation history, so its traces are empty."""
+    if _on_native_pool():
+        return torch.cuda.memory._snapshot(device, augment_with_fx_traces=augment_with_fx_traces)
+    return {
+        "segments": memory_snapshot(),
+        "device_traces": [[] for _ in range(_C._device_count())],
+        "allocator_settings": {},
+    }
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickles _snapshot() to `filename` (the format pytorch.org/memory_viz reads)."""
+    import pickle
+
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
+def _record_memory_history(enabled: str | None = "all", *args: Any, **kwargs: Any) -> None:
+    """Starts (or with enabled=None stops) recording a stack trace for every allocation, as
+    torch.cuda.memory._record_memory_history does: on a device accelerator flagos allocations
+    are the native pool's, recorded there. The cpu accelerator keeps no history."""
+    if _on_native_pool():
+        torch.cuda.memory._record_memory_history(enabled, *args, **kwargs)
+        return
+    raise NotImplementedError(
+        "torch.flagos.memory._record_memory_history: the cpu accelerator's allocator records no "
+        "allocation history; torch.flagos.memory_snapshot() lists its segments. Record history "
+        "on the cuda accelerator."
+    )

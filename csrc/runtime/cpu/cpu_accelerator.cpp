@@ -71,6 +71,9 @@ class CpuAccelerator final : public Accelerator {
   double memory_fraction(c10::DeviceIndex index) const override {
     return device_allocator_.memory_fraction(index);
   }
+  std::vector<MemorySegment> memory_segments() const override {
+    return device_allocator_.segments();
+  }
   c10::Allocator* native_allocator() const override {
     return c10::GetCPUAllocator();
   }

@@ -80,19 +80,25 @@ struct CpuDeviceAllocator::Block {
   CpuDeviceAllocator* owner;
 };
 
+// Memory a native kernel allocated, accounted as flagos memory until flagos releases it. Kept
+// in an intrusive list (linked and unlinked under the device's mutex, which the accounting
+// takes anyway) so snapshots see it.
+struct CpuDeviceAllocator::AdoptedBlock {
+  c10::DataPtr native;
+  size_t size;
+  c10::DeviceIndex device;
+  CpuDeviceAllocator* owner;
+  AdoptedBlock* prev = nullptr;
+  AdoptedBlock* next = nullptr;
+};
+
 struct CpuDeviceAllocator::DeviceState {
   mutable std::mutex mutex;
   double memory_fraction = 1.0; // of getMemoryInfo's total, as torch.cuda's per-process limit
   std::multimap<size_t, Block*> free_blocks;    // cached, by size
   std::unordered_map<const void*, Block*> live; // handed out
+  AdoptedBlock* adopted = nullptr;              // head of the adopted list
   c10::CachingDeviceAllocator::DeviceStats stats;
-};
-
-struct AdoptedBlock {
-  c10::DataPtr native;
-  size_t size;
-  c10::DeviceIndex device;
-  CpuDeviceAllocator* owner;
 };
 
 CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
@@ -245,12 +251,17 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     return c10::DataPtr(nullptr, where);
   }
   auto& st = state(device);
+  auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_alloc += 1;
     account_adopted(st.stats, nbytes, [](Stat& s, size_t n) { increase(s, n); });
+    adopted->next = st.adopted;
+    if (st.adopted != nullptr) {
+      st.adopted->prev = adopted;
+    }
+    st.adopted = adopted;
   }
-  auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
   return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
 }
 
@@ -261,6 +272,10 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_free += 1;
     account_adopted(st.stats, adopted->size, [](Stat& s, size_t n) { decrease(s, n); });
+    (adopted->prev != nullptr ? adopted->prev->next : st.adopted) = adopted->next;
+    if (adopted->next != nullptr) {
+      adopted->next->prev = adopted->prev;
+    }
   }
   delete adopted; // releases the native allocation
 }
@@ -359,16 +374,43 @@ std::pair<size_t, size_t> CpuDeviceAllocator::getMemoryInfo(c10::DeviceIndex dev
 }
 
 c10::DeviceIndex CpuDeviceAllocator::device_of(const void* ptr) const {
+  const auto within = [ptr](const void* start, size_t size) {
+    const auto* begin = static_cast<const char*>(start);
+    return ptr >= begin && ptr < begin + size;
+  };
   for (size_t i = 0; i < devices_.size(); ++i) {
     std::lock_guard<std::mutex> lock(devices_[i]->mutex);
     for (const auto& [start, block] : devices_[i]->live) {
-      const auto* begin = static_cast<const char*>(start);
-      if (ptr >= begin && ptr < begin + block->size) {
+      if (within(start, block->size)) {
+        return static_cast<c10::DeviceIndex>(i);
+      }
+    }
+    for (const auto* a = devices_[i]->adopted; a != nullptr; a = a->next) {
+      if (within(a->native.get(), a->size)) {
         return static_cast<c10::DeviceIndex>(i);
       }
     }
   }
   return -1;
+}
+
+std::vector<MemorySegment> CpuDeviceAllocator::segments() const {
+  std::vector<MemorySegment> out;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const auto device = static_cast<c10::DeviceIndex>(i);
+    const auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    std::lock_guard<std::mutex> lock(devices_[i]->mutex);
+    for (const auto& [start, block] : devices_[i]->live) {
+      out.push_back({device, address(start), block->size, block->requested, true, false});
+    }
+    for (const auto& [size, block] : devices_[i]->free_blocks) {
+      out.push_back({device, address(block->ptr), size, 0, false, false});
+    }
+    for (const auto* a = devices_[i]->adopted; a != nullptr; a = a->next) {
+      out.push_back({device, address(a->native.get()), a->size, a->size, true, true});
+    }
+  }
+  return out;
 }
 
 } // namespace torch_fl::cpu

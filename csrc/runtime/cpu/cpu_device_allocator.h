@@ -4,6 +4,8 @@
 // statistics torch.accelerator.memory_* reads. Blocks are rounded to 512 bytes and reused
 // whole (no splitting); empty_cache returns every unused block to the system.
 
+#include "runtime/accelerator.h"
+
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <map>
@@ -33,8 +35,10 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
 
   // Accounts memory a native kernel allocated as flagos:device memory until it is released.
   c10::DataPtr adopt(c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex device);
-  // The device whose live block contains ptr, or -1.
+  // The device whose live block (own or adopted) contains ptr, or -1.
   c10::DeviceIndex device_of(const void* ptr) const;
+  // Every segment of every device: blocks in use, cached blocks, adopted allocations.
+  std::vector<MemorySegment> segments() const;
 
   // The share of the device's memory this process may reserve (torch.cuda's per-process limit).
   void set_memory_fraction(double fraction, c10::DeviceIndex device);
@@ -42,6 +46,7 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
 
  private:
   struct Block;
+  struct AdoptedBlock;
   struct DeviceState;
 
   DeviceState& state(c10::DeviceIndex device) const;
