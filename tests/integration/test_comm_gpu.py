@@ -94,3 +94,24 @@ def test_ddp_trains_a_flagos_module_like_plain_training(tier) -> None:
     for p, q in zip(ddp.module.parameters(), reference.parameters(), strict=True):
         assert p.device.type == "flagos"
         torch.testing.assert_close(p.cpu(), q, atol=1e-4, rtol=1e-4)
+
+
+def test_dtensor_random_ops_use_the_philox_state(tier) -> None:
+    """DTensor's random ops move the (seed, offset) of the flagos generator, which on the cuda
+    accelerator is CUDA's Philox state: a sharded dropout draws what dropout of the whole tensor
+    draws from the same offset, and the generator ends past the whole tensor."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("flagos", (1,))
+    torch.manual_seed(3)
+    state = torch.flagos.get_rng_state()
+    assert state.numel() == 16  # seed and offset, as DTensor reads them
+    ones = torch.ones(64, 32, device="flagos")
+    sharded = torch.nn.functional.dropout(distribute_tensor(ones, mesh, [Shard(0)]), 0.5)
+    after = torch.flagos.get_rng_state()
+    torch.flagos.set_rng_state(state)
+    plain = torch.nn.functional.dropout(ones, 0.5)
+    assert torch.equal(sharded.to_local().cpu(), plain.cpu())
+    offset = lambda s: int(s[8:].view(torch.int64).item())  # noqa: E731
+    assert offset(after) >= offset(state) + ones.numel() // 4

@@ -4,10 +4,10 @@
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
 directory), runs every collective the backend implements, a DistributedDataParallel training
-loop and an FSDP2 (fully_shard) training loop, and checks each result against a reference
-computed in the same process without torch.distributed (every rank's input is a function of
-its rank). On the cpu accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on
-a GPU machine each rank takes one GPU.
+loop, an FSDP2 (fully_shard) training loop and a tensor-parallel (DTensor) one, and checks each
+result against a reference computed in the same process without torch.distributed (every
+rank's input is a function of its rank). On the cpu accelerator the ranks run on virtual devices
+(FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each rank takes one GPU.
 
 Options: --tier flagcx|nccl|gloo requests a tier (default: the first usable one),
 --host-staged forces host staging on the gloo tier, --timeout bounds every collective.
@@ -339,6 +339,81 @@ def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
     return done
 
 
+def run_tp(rank: int, world: int, device, steps: int = 3) -> list[str]:
+    """Tensor parallelism (DTensor column/row-wise Linear layers) against plain training in one
+    process, and DTensor random ops where the flagos generator is a Philox counter (device
+    accelerators: DTensor moves its offset to give each shard its own numbers)."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+    except ImportError:  # torch without DTensor tensor parallelism
+        return ["TP skipped (torch has no torch.distributed.tensor.parallel)"]
+
+    mesh = init_device_mesh("flagos", (world,))
+    reference = _model(13)
+    plan = {
+        "0": ColwiseParallel(),
+        "2": RowwiseParallel(),
+        "4": ColwiseParallel(output_layouts=Replicate()),
+    }
+    model = parallelize_module(_model(13).to(device), mesh, plan)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(5)
+    done: list[str] = []
+    for _ in range(steps):
+        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+        ref_opt.zero_grad()
+        ref_loss = torch.nn.functional.mse_loss(reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+    _check("TP loss", loss, ref_loss, done, atol=1e-5)
+    local = model[0].weight.to_local()
+    if local.device != torch.device(device) or local.shape[0] != 32 // world:
+        raise AssertionError(f"TP shard of layer 0: {local.device} {tuple(local.shape)}")
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        _check(f"TP {name}", full, q, done, atol=1e-4)
+
+    if torch_fl_native_device() == "cpu":
+        done.append("DTensor random ops skipped (the cpu accelerator's generator is mt19937)")
+    else:
+        torch.manual_seed(21)  # the same seed on every rank, as DTensor asks
+        ones = distribute_tensor(torch.ones(8 * world, 64, device=device), mesh, [Shard(0)])
+        local = torch.nn.functional.dropout(ones, 0.5).to_local().contiguous()
+        shards = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(shards, local)
+        if any(torch.equal(shards[0].cpu(), s.cpu()) for s in shards[1:]):
+            raise AssertionError("DTensor dropout drew the same mask on two shards")
+        replicated = distribute_tensor(torch.ones(64, device=device), mesh, [Replicate()])
+        mask = torch.nn.functional.dropout(replicated, 0.5).to_local().contiguous()
+        masks = [torch.empty_like(mask) for _ in range(world)]
+        dist.all_gather(masks, mask)
+        if not all(torch.equal(masks[0].cpu(), m.cpu()) for m in masks[1:]):
+            raise AssertionError("DTensor dropout of a replicated tensor differs across ranks")
+        done.append("DTensor random ops (sharded masks differ, replicated masks agree)")
+    dist.barrier()
+    return done
+
+
+def torch_fl_native_device() -> str:
+    import torch_fl
+
+    return torch_fl._C._native_device_type()
+
+
 def worker(args) -> int:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
@@ -376,6 +451,7 @@ def worker(args) -> int:
                 run_collectives(rank, world, device)
                 + run_ddp(rank, world, device)
                 + run_fsdp(rank, world, device)
+                + run_tp(rank, world, device)
             )
             dist.barrier()
         elif args.scenario == "peer_exit":
