@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
 from _models import Block
+from _stats import time_interleaved
 
 import torch_fl
 
@@ -53,22 +53,14 @@ def main() -> None:
         runs[(device, "eager")] = (model, inp)
         runs[(device, "compiled")] = (torch.compile(model), inp)
 
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
     with torch.no_grad():
         for key, (fn, inp) in runs.items():  # compile and warm up
             for _ in range(3):
                 fn(inp)
             _sync(key[0])
-        order = list(runs)
-        for r in range(args.rounds):
-            for key in order[r % len(order) :] + order[: r % len(order)]:
-                fn, inp = runs[key]
-                _sync(key[0])
-                start = time.perf_counter()
-                for _ in range(args.iters):
-                    fn(inp)
-                _sync(key[0])
-                times[key].append((time.perf_counter() - start) / args.iters * 1e3)
+        calls = {key: (lambda fn=fn, inp=inp: fn(inp)) for key, (fn, inp) in runs.items()}
+        seconds = time_interleaved(calls, args.rounds, args.iters, lambda key: _sync(key[0]))
+    times = {key: [t * 1e3 for t in values] for key, values in seconds.items()}
 
     med = {key: statistics.median(v) for key, v in times.items()}
     print(

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from _models import Block  # this script's folder is on sys.path
-from _stats import median_interval
+from _stats import median_interval, time_interleaved
 
 import torch_fl
 
@@ -71,19 +70,10 @@ def main() -> None:
             runs[(device, "eager")] = lambda m=model, i=inp: m(i)
             runs[(device, "graph")] = _graphed(device, lambda m=model, i=inp: m(i))
 
-        times: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
         for fn in runs.values():
             fn()
-        order = list(runs)
-        for r in range(args.rounds):
-            for key in order[r % len(order) :] + order[: r % len(order)]:
-                fn = runs[key]
-                _sync(key[0])
-                start = time.perf_counter()
-                for _ in range(args.iters):
-                    fn()
-                _sync(key[0])
-                times[key].append((time.perf_counter() - start) / args.iters * 1e6)
+        seconds = time_interleaved(runs, args.rounds, args.iters, lambda key: _sync(key[0]))
+    times = {key: [t * 1e6 for t in values] for key, values in seconds.items()}
 
     med = {key: statistics.median(v) for key, v in times.items()}
     print(
