@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -281,3 +282,47 @@ def _record_memory_history(enabled: str | None = "all", *args: Any, **kwargs: An
         "allocation history; torch.flagos.memory_snapshot() lists its segments. Record history "
         "on the cuda accelerator."
     )
+
+
+# ---- raw allocations (torch.cuda.caching_allocator_alloc / _delete) ----
+
+_raw_blocks: dict[int, torch.Tensor] = {}
+_raw_lock = threading.Lock()
+
+
+def caching_allocator_alloc(size: int, device: DeviceLike = None, stream: Any = None) -> int:
+    """`size` bytes from the flagos caching allocator on `device` (allocated on `stream` when
+    given); returns the address. Counted in memory_allocated until caching_allocator_delete."""
+    from torch_fl.flagos._streams import stream as stream_context
+
+    if size < 0:
+        raise ValueError(f"caching_allocator_alloc: size must be >= 0, got {size}")
+    if size == 0:
+        return 0
+    where = torch.device("flagos", device_index(device))
+    with stream_context(stream):
+        block = torch.empty(size, dtype=torch.uint8, device=where)
+    with _raw_lock:
+        _raw_blocks[block.data_ptr()] = block
+    return block.data_ptr()
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Returns memory from caching_allocator_alloc to the allocator's cache."""
+    if mem_ptr == 0:
+        return
+    with _raw_lock:
+        block = _raw_blocks.pop(mem_ptr, None)
+    if block is None:
+        raise ValueError(
+            f"caching_allocator_delete: {mem_ptr:#x} was not allocated by "
+            "torch.flagos.caching_allocator_alloc (or was deleted already)"
+        )
+
+
+def get_allocator_backend() -> str:
+    """The device allocator: torch.cuda's backend on the cuda accelerator (flagos uses its pool),
+    "native" (the flagos caching allocator) on the cpu accelerator."""
+    if _on_native_pool():
+        return torch.cuda.get_allocator_backend()
+    return "native"
