@@ -78,6 +78,7 @@ def test_copying_fallback_inside_a_capture_names_the_operator() -> None:
     """A host-copying cpu_fallback call would break a stream capture; the router says which
     operator did it and how to route it instead, and nothing is computed or left behind."""
     x = torch.randn(8, device="flagos")
+    allocated = torch.flagos.memory_allocated()
     torch_fl._C._routing_set_force_copy_fallback(True)
     torch_fl._C._note_capture_begin()
     try:
@@ -89,6 +90,7 @@ def test_copying_fallback_inside_a_capture_names_the_operator() -> None:
     finally:
         torch_fl._C._note_capture_end()
         torch_fl._C._routing_set_force_copy_fallback(False)
+    assert torch.flagos.memory_allocated() == allocated
     torch.testing.assert_close(torch.exp(x).cpu(), torch.exp(x.cpu()))
 
 
