@@ -4,10 +4,11 @@
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
 directory), runs every collective the backend implements, a DistributedDataParallel training
-loop, an FSDP2 (fully_shard) training loop and a tensor-parallel (DTensor) one, and checks each
-result against a reference computed in the same process without torch.distributed (every
-rank's input is a function of its rank). On the cpu accelerator the ranks run on virtual devices
-(FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each rank takes one GPU.
+loop, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one and a distributed
+checkpoint of an FSDP2 model, and checks each result against a reference computed in the same
+process without torch.distributed (every rank's input is a function of its rank). On the cpu
+accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each
+rank takes one GPU.
 
 Options: --tier flagcx|nccl|gloo requests a tier (default: the first usable one),
 --host-staged forces host staging on the gloo tier, --timeout bounds every collective.
@@ -339,6 +340,56 @@ def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
     return done
 
 
+def run_dcp(rank: int, world: int, device, directory: str) -> list[str]:
+    """A distributed checkpoint of an FSDP2 model and its optimizer (torch.distributed.checkpoint,
+    every rank writing its shards) loaded into a differently initialised one: parameters, AdamW
+    state and outputs come back."""
+    import torch
+
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        return ["DCP skipped (torch has no FSDP2 or state_dict helpers)"]
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("flagos", (world,))
+
+    def trained(seed: int):
+        model = _model(seed).to(device)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        gen = torch.Generator().manual_seed(seed + rank)
+        model(torch.randn(8, 16, generator=gen).to(device)).sum().backward()
+        opt.step()
+        return model, opt
+
+    saved, saved_opt = trained(21)
+    model_sd, optim_sd = get_state_dict(saved, saved_opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
+    loaded, loaded_opt = trained(22)
+    model_sd, optim_sd = get_state_dict(loaded, loaded_opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=directory)
+    set_state_dict(
+        loaded, loaded_opt, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+    done: list[str] = []
+    for (name, p), q in zip(saved.named_parameters(), loaded.parameters(), strict=True):
+        if q.to_local().device != torch.device(device):
+            raise AssertionError(f"DCP loaded {name} onto {q.to_local().device}")
+        _check(f"DCP {name}", q.full_tensor(), p.full_tensor(), done, atol=0)
+        moments = (saved_opt.state[p]["exp_avg"], loaded_opt.state[q]["exp_avg"])
+        _check(f"DCP exp_avg {name}", moments[1].full_tensor(), moments[0].full_tensor(), done, 0)
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(3)).to(device)
+    _check("DCP output", loaded(x), saved(x), done)
+    return done
+
+
 def run_tp(rank: int, world: int, device, steps: int = 3) -> list[str]:
     """Tensor parallelism (DTensor column/row-wise Linear layers) against plain training in one
     process, and DTensor random ops where the flagos generator is a Philox counter (device
@@ -452,6 +503,7 @@ def worker(args) -> int:
                 + run_ddp(rank, world, device)
                 + run_fsdp(rank, world, device)
                 + run_tp(rank, world, device)
+                + run_dcp(rank, world, device, str(Path(args.init_file).parent / "dcp"))
             )
             dist.barrier()
         elif args.scenario == "peer_exit":
