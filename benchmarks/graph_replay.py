@@ -7,7 +7,7 @@ medians per forward with 95% intervals, the replay ratio flagos/cuda (a replay l
 captured kernels without the host path of any operator, so this is the cost flagos leaves in a
 graphed decode), the eager ratio, and each device's speedup from graphs.
 
-On the cpu accelerator there is nothing to capture: the script says so and exits 0.
+On the cpu accelerator there is no CUDA graph to compare with: the script says so and exits 0.
 
     python benchmarks/graph_replay.py [--rounds 30] [--iters 20] [--layers 4] [--tokens 4]
 """
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=768)
     args = parser.parse_args()
     if torch_fl._C._native_device_type() == "cpu":
-        print("graph replay skipped: graph capture needs a device accelerator (cpu accelerator)")
+        print("graph replay skipped: it compares flagos graphs with CUDA graphs (cuda accelerator)")
         return
 
     torch.manual_seed(0)

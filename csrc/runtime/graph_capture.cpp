@@ -16,9 +16,10 @@ void check_graph_capture_supported(const char* what) {
       accelerator().native_device_type() != c10::DeviceType::CPU,
       what,
       " needs a device accelerator: this torch_fl build runs flagos on the cpu accelerator, "
-      "where every operator executes on the host when it is called, so there is no device work "
-      "to capture or replay. Run the code eagerly here; graph capture works on the cuda "
-      "accelerator (FLAGOS_ACCELERATOR=cuda).");
+      "where every operator executes on the host when it is called, so there are no device "
+      "kernels to capture. torch.flagos.FlagOSGraph (and torch.flagos.graph) records and "
+      "replays the operators instead; device graphs need the cuda accelerator "
+      "(FLAGOS_ACCELERATOR=cuda).");
 }
 
 void note_capture_begin() {

@@ -4,15 +4,16 @@
 
 // Graph capture of flagos work (torch.flagos.FlagOSGraph, torch.accelerator.Graph). flagos
 // streams are the native device's streams, so the native graph (a CUDA graph on the cuda
-// accelerator) records flagos kernels as it records its own; torch_fl only adds the refusal on
-// the cpu accelerator and a clear error for work that cannot be captured.
+// accelerator) records flagos kernels as it records its own; torch_fl only adds the refusal of
+// device graphs on the cpu accelerator and a clear error for work that cannot be captured.
 
 #include <string>
 
 namespace torch_fl {
 
-// Throws, saying why, unless this build's accelerator can capture graphs (device accelerators
-// can; the cpu accelerator runs each operator on the host when it is called).
+// Throws, saying why, unless this build's accelerator can capture device graphs (device
+// accelerators can; the cpu accelerator runs each operator on the host when it is called, and
+// its FlagOSGraph records operators in Python instead).
 FLAGOS_API void check_graph_capture_supported(const char* what);
 
 // A capture started or ended on this thread (captures record the calling thread's stream).

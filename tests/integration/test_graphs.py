@@ -1,14 +1,16 @@
 """Graph capture and replay of flagos work (torch.flagos.FlagOSGraph, torch.flagos.graph,
 make_graphed_callables, torch.accelerator.Graph on torch >= 2.13).
 
-On the cpu accelerator (CI) every entry point refuses with the reason; the refusal of a
-cpu_fallback operator inside a capture is checked there with the copying fallback forced. The
-rest runs on the H200 (marker `gpu`): replays against eager flagos and against CUDA graphs of the
-same work, memory, pools, RNG, training through graphed callables.
+On the cpu accelerator (CI) graphs record the flagos operators and replay them (checked against
+eager), device-graph entry points refuse with the reason, and the refusal of a cpu_fallback
+operator inside a capture is checked with the copying fallback forced. The rest runs on the
+H200 (marker `gpu`): replays against eager flagos and against CUDA graphs of the same work,
+memory, pools, RNG, training through graphed callables.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import threading
@@ -23,23 +25,143 @@ HAS_ACCELERATOR_GRAPH = hasattr(torch.accelerator, "Graph")
 HAS_FLAGGEMS = importlib.util.find_spec("flag_gems") is not None
 
 
-# ---- the cpu accelerator: nothing to capture, and every entry point says so ----
+# ---- the cpu accelerator: graphs record the operators and replay them ----
+
+host_only = pytest.mark.skipif(ON_CUDA, reason="the cpu accelerator's recorded graphs")
+
+
+def _host_capture(fn, pool=None):  # noqa: ANN001, ANN202
+    g = torch.flagos.FlagOSGraph()
+    with torch.flagos.graph(g, pool=pool):
+        assert torch.flagos.is_current_stream_capturing()
+        out = fn()
+    assert not torch.flagos.is_current_stream_capturing()
+    return g, out
+
+
+@host_only
+def test_host_graph_replays_a_model_like_eager() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    model.to("flagos")
+    static = torch.zeros(3, 8, device="flagos")
+    with torch.no_grad():
+        g, out = _host_capture(lambda: model(static))
+        for step in range(3):
+            data = torch.randn(3, 8, generator=torch.Generator().manual_seed(step))
+            static.copy_(data)
+            address = out.data_ptr()
+            g.replay()
+            assert out.data_ptr() == address
+            torch.testing.assert_close(out.cpu(), reference(data))
+
+
+@host_only
+def test_host_graph_replays_in_place_out_and_backward() -> None:
+    counter = torch.zeros(4, device="flagos")
+    a = torch.arange(4.0, device="flagos")
+    result = torch.empty(4, device="flagos")
+    lin = torch.nn.Linear(4, 2).to("flagos")
+    x = torch.zeros(3, 4, device="flagos", requires_grad=True)
+
+    def body():  # noqa: ANN202
+        counter.add_(1)
+        torch.mul(a, 2, out=result)
+        loss = lin(x).square().sum()
+        return torch.autograd.grad(loss, (lin.weight, x))
+
+    g, (grad_w, grad_x) = _host_capture(body)
+    for step in range(2):
+        data = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
+        with torch.no_grad():
+            x.copy_(data)
+            a.fill_(step + 1.0)
+        g.replay()
+        assert counter.cpu().tolist() == [step + 2.0] * 4  # once in capture, once per replay
+        assert result.cpu().tolist() == [2.0 * (step + 1)] * 4
+        cpu_lin = copy.deepcopy(lin).cpu()
+        cpu_x = data.clone().requires_grad_()
+        ref_w, ref_x = torch.autograd.grad(cpu_lin(cpu_x).square().sum(), (cpu_lin.weight, cpu_x))
+        torch.testing.assert_close(grad_w.cpu(), ref_w)
+        torch.testing.assert_close(grad_x.cpu(), ref_x)
+
+
+@host_only
+def test_host_graph_random_operators_draw_per_replay_from_the_seed() -> None:
+    ones = torch.ones(2000, device="flagos")
+    g, out = _host_capture(lambda: torch.nn.functional.dropout(ones, 0.5))
+    masks = []
+    for _ in range(2):
+        torch.flagos.manual_seed(11)
+        g.replay()
+        first = out.cpu().clone()
+        g.replay()
+        masks.append((first, out.cpu().clone()))
+    assert not torch.equal(*masks[0])  # a fresh mask per replay
+    assert torch.equal(masks[0][0], masks[1][0]) and torch.equal(masks[0][1], masks[1][1])
+
+
+@host_only
+@pytest.mark.parametrize(
+    "sync",
+    [lambda t: t.sum().item(), lambda t: t.cpu(), lambda t: t.nonzero(), lambda t: bool(t[0])],
+    ids=["item", "cpu", "nonzero", "bool"],
+)
+def test_host_graph_refuses_host_synchronisation(sync) -> None:
+    t = torch.ones(4, device="flagos")
+    g = torch.flagos.FlagOSGraph()
+    with pytest.raises(RuntimeError, match="capture"):
+        with torch.flagos.graph(g):
+            sync(t)
+    assert not torch.flagos.is_current_stream_capturing()
+    assert not torch_fl._C._capturing_on_this_thread()
+
+
+@host_only
+def test_host_graph_does_not_replay_host_work(tmp_path) -> None:
+    host = torch.zeros(2)
+    device = torch.zeros(2, device="flagos")
+
+    def body():  # noqa: ANN202
+        host.add_(1)  # cpu tensors: run at capture, not replayed (as with CUDA graphs)
+        return device.add_(1)
+
+    g, _ = _host_capture(body)
+    g.replay()
+    g.replay()
+    assert host.tolist() == [1.0, 1.0] and device.cpu().tolist() == [3.0, 3.0]
+    g.debug_dump(str(tmp_path / "graph.txt"))
+    assert (tmp_path / "graph.txt").read_text().split() == ["aten.add_.Tensor"]
+
+
+@host_only
+def test_host_graph_pools_reset_and_misuse() -> None:
+    handle = torch.flagos.graph_pool_handle()
+    assert handle != torch.flagos.graph_pool_handle()
+    x = torch.ones(3, device="flagos")
+    g, y = _host_capture(lambda: x * 2, pool=handle)
+    assert g.pool() == handle
+    g2, _ = _host_capture(lambda: y + 1, pool=g.pool())
+    assert g2.pool() == handle
+    with torch.flagos.stream(torch.flagos.Stream()):
+        with pytest.raises(RuntimeError, match="holds a capture already"):
+            g.capture_begin()
+    g.reset()
+    with pytest.raises(RuntimeError, match="captured nothing"):
+        g.pool()
+    g, y = _host_capture(lambda: x * 5)
+    x.fill_(2.0)
+    g.replay()
+    assert y.cpu().tolist() == [10.0] * 3
+    with pytest.raises(RuntimeError, match="cannot be captured on the default stream"):
+        torch.flagos.FlagOSGraph().capture_begin()
 
 
 @pytest.mark.skipif(ON_CUDA, reason="the refusal is the cpu accelerator's")
-@pytest.mark.parametrize(
-    "entry",
-    [
-        lambda: torch.flagos.FlagOSGraph(),
-        lambda: torch.flagos.graph_pool_handle(),
-        lambda: torch.flagos.make_graphed_callables(torch.nn.Linear(2, 2), (torch.ones(2),)),
-    ],
-    ids=["FlagOSGraph", "graph_pool_handle", "make_graphed_callables"],
-)
-def test_cpu_accelerator_refuses_graph_capture(entry) -> None:
-    with pytest.raises(RuntimeError, match="needs a device accelerator.*cpu accelerator"):
-        entry()
-    assert not torch.flagos.is_current_stream_capturing()
+def test_cpu_accelerator_refuses_device_graph_entry_points() -> None:
+    with pytest.raises(RuntimeError, match="needs a device accelerator.*records and replays"):
+        torch.flagos.make_graphed_callables(torch.nn.Linear(2, 2), (torch.ones(2),))
 
 
 @pytest.mark.skipif(ON_CUDA, reason="the refusal is the cpu accelerator's")

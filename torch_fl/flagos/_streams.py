@@ -81,7 +81,8 @@ def stream(stream: torch.Stream | None) -> StreamContext:
 
 def is_current_stream_capturing() -> bool:
     """Whether the current stream is capturing a graph. flagos streams are the native device's
-    streams, so on the cuda accelerator this is CUDA's answer; host streams never capture."""
+    streams, so on the cuda accelerator this is CUDA's answer; on the cpu accelerator, whether a
+    FlagOSGraph is recording on this thread."""
     if _C._native_device_type() == "cuda":
         return torch.cuda.is_current_stream_capturing()
-    return False
+    return _C._capturing_on_this_thread()

@@ -5,10 +5,11 @@
 flagos streams are the native device's streams and flagos memory comes from its caching
 allocator, so the native graph (a CUDA graph on the cuda accelerator) records the kernels that
 flagos operators launch exactly as it records its own, and allocations made during capture land
-in the graph's private pool. These classes add the flagos streams, the refusal on the cpu
-accelerator (which runs operators on the host as they are called: nothing to capture), and a
-clear error for an operator on the cpu_fallback route inside a capture. On torch 2.13 and newer,
-`torch.accelerator.Graph` works on flagos too (registered in C++).
+in the graph's private pool. These classes add the flagos streams and a clear error for an
+operator on the cpu_fallback route inside a capture. The cpu accelerator, which runs operators
+on the host as they are called, records the operators and replays them instead
+(`_host_graph.py`), so code written for graphs runs there unchanged. On torch 2.13 and newer,
+`torch.accelerator.Graph` works on flagos device accelerators too (registered in C++).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from torch_fl import _C
 from torch_fl.flagos._device import current_device, synchronize
+from torch_fl.flagos._host_graph import HostGraph, new_pool_id
 from torch_fl.flagos._memory import empty_cache
 from torch_fl.flagos._streams import Stream, current_stream, default_stream, stream
 
@@ -34,9 +36,14 @@ def _check_supported(what: str) -> None:
     _C._check_graph_capture_supported(what)
 
 
+def _on_host() -> bool:
+    return _C._native_device_type() == "cpu"
+
+
 def graph_pool_handle() -> PoolHandle:
     """An opaque token naming a memory pool that several graphs may share (pass it as `pool`)."""
-    _check_supported("torch.flagos.graph_pool_handle")
+    if _on_host():
+        return new_pool_id()  # a host graph keeps what it captured alive; ids only match
     return torch.cuda.graph_pool_handle()
 
 
@@ -48,8 +55,8 @@ class FlagOSGraph:
     """
 
     def __init__(self, keep_graph: bool = False) -> None:
-        _check_supported("torch.flagos.FlagOSGraph")
-        self._native = torch.cuda.CUDAGraph(keep_graph)
+        # The cpu accelerator has no device kernels to capture: it records the operators.
+        self._native: Any = HostGraph() if _on_host() else torch.cuda.CUDAGraph(keep_graph)
 
     def capture_begin(
         self, pool: PoolHandle | None = None, capture_error_mode: str = "global"
@@ -66,7 +73,10 @@ class FlagOSGraph:
                 "default stream. Capture inside `with torch.flagos.graph(g):`, or make a side "
                 "stream current first (`with torch.flagos.stream(torch.flagos.Stream()):`)."
             )
-        self._native.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+        if isinstance(self._native, HostGraph):
+            self._native.capture_begin(pool)
+        else:
+            self._native.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
         _C._note_capture_begin()
 
     def capture_end(self) -> None:
@@ -75,7 +85,8 @@ class FlagOSGraph:
         self._native.capture_end()
 
     def instantiate(self) -> None:
-        self._native.instantiate()
+        if not isinstance(self._native, HostGraph):  # a host graph needs no instantiation
+            self._native.instantiate()
 
     def replay(self) -> None:
         """Runs the captured work again on the current stream."""
@@ -90,9 +101,12 @@ class FlagOSGraph:
         return self._native.pool()
 
     def enable_debug_mode(self) -> None:
-        self._native.enable_debug_mode()
+        if not isinstance(self._native, HostGraph):  # a host graph always keeps its record
+            self._native.enable_debug_mode()
 
     def debug_dump(self, debug_path: str) -> None:
+        """Writes the captured graph (CUDA's dump; on the cpu accelerator the recorded
+        operators, one per line)."""
         self._native.debug_dump(debug_path)
 
 
