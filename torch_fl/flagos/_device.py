@@ -28,6 +28,12 @@ def device_index(device: DeviceLike, optional: bool = True) -> int:
     raise TypeError(f"Expected a flagos device (int, str or torch.device), got {device!r}")
 
 
+def on_cpu_accelerator() -> bool:
+    """Whether this build runs flagos on the cpu accelerator (virtual devices over host memory)
+    rather than on a device whose runtime, pool and graphs are torch.cuda's."""
+    return _C._native_device_type() == "cpu"
+
+
 def is_available() -> bool:
     return device_count() > 0
 

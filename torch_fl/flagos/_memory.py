@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from torch_fl import _C
-from torch_fl.flagos._device import DeviceLike, device_index
+from torch_fl.flagos._device import DeviceLike, device_index, on_cpu_accelerator
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, int]) -> None:
@@ -198,11 +198,6 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
 _SMALL_SEGMENT = 1 << 20  # torch.cuda calls segments below 1 MiB "small"
 
 
-def _on_native_pool() -> bool:
-    """Device accelerators share the native device's pool: its snapshot is flagos's too."""
-    return _C._native_device_type() != "cpu"
-
-
 def _segment(raw: dict[str, Any]) -> dict[str, Any]:
     """One segment of the cpu accelerator's pool in torch.cuda's snapshot format. Blocks are
     never split there, so each segment holds exactly one block."""
@@ -239,7 +234,7 @@ def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     torch.cuda.memory_snapshot(*args, **kwargs): native tensors' segments included. On the cpu
     accelerator: every segment of the flagos pool (in use, cached, or adopted from a native
     kernel), sorted by device and address; it takes no arguments there."""
-    if _on_native_pool():
+    if not on_cpu_accelerator():
         return torch.cuda.memory_snapshot(*args, **kwargs)
     if args or kwargs:
         raise TypeError(
@@ -253,7 +248,7 @@ def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
 def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
     """torch.cuda.memory._snapshot for flagos: {"segments": ..., "device_traces": ...}. The cpu
     accelerator records no allocation history, so its traces are empty."""
-    if _on_native_pool():
+    if not on_cpu_accelerator():
         return torch.cuda.memory._snapshot(device, augment_with_fx_traces=augment_with_fx_traces)
     return {
         "segments": memory_snapshot(),
@@ -274,7 +269,7 @@ def _record_memory_history(enabled: str | None = "all", *args: Any, **kwargs: An
     """Starts (or with enabled=None stops) recording a stack trace for every allocation, as
     torch.cuda.memory._record_memory_history does: on a device accelerator flagos allocations
     are the native pool's, recorded there. The cpu accelerator keeps no history."""
-    if _on_native_pool():
+    if not on_cpu_accelerator():
         torch.cuda.memory._record_memory_history(enabled, *args, **kwargs)
         return
     raise NotImplementedError(
@@ -323,6 +318,6 @@ def caching_allocator_delete(mem_ptr: int) -> None:
 def get_allocator_backend() -> str:
     """The device allocator: torch.cuda's backend on the cuda accelerator (flagos uses its pool),
     "native" (the flagos caching allocator) on the cpu accelerator."""
-    if _on_native_pool():
+    if not on_cpu_accelerator():
         return torch.cuda.get_allocator_backend()
     return "native"

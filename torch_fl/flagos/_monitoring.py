@@ -7,63 +7,63 @@ driver to ask: there every function here raises, saying so.
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import Any
 
 import torch
 
-from torch_fl import _C
-from torch_fl.flagos._device import DeviceLike, device_index
+from torch_fl.flagos._device import DeviceLike, device_index, on_cpu_accelerator
 
 
-def native_device_module(what: str) -> ModuleType:
-    """torch.cuda on a device accelerator; on the cpu accelerator a RuntimeError naming `what`."""
-    if _C._native_device_type() == "cpu":
+def _driver_query(name: str, device: DeviceLike) -> Any:
+    """torch.cuda.<name> for the same device on a device accelerator; on the cpu accelerator a
+    RuntimeError naming the query."""
+    if on_cpu_accelerator():
         raise RuntimeError(
-            f"torch.flagos.{what}: the cpu accelerator's devices are virtual devices over host "
+            f"torch.flagos.{name}: the cpu accelerator's devices are virtual devices over host "
             "memory, with no driver or sensors to query; this works on the cuda accelerator."
         )
-    return torch.cuda
+    return getattr(torch.cuda, name)(device_index(device))
 
 
 def device_memory_used(device: DeviceLike = None) -> int:
     """Bytes of device memory in use, all processes together (nvidia-smi's figure)."""
-    return native_device_module("device_memory_used").device_memory_used(device_index(device))
+    return _driver_query("device_memory_used", device)
 
 
 def memory_usage(device: DeviceLike = None) -> int:
     """Percent of the last sample period during which device memory was read or written."""
-    return native_device_module("memory_usage").memory_usage(device_index(device))
+    return _driver_query("memory_usage", device)
 
 
 def utilization(device: DeviceLike = None) -> int:
     """Percent of the last sample period during which a kernel ran on the device."""
-    return native_device_module("utilization").utilization(device_index(device))
+    return _driver_query("utilization", device)
 
 
 def temperature(device: DeviceLike = None) -> int:
     """The device's sensor temperature in degrees Celsius."""
-    return native_device_module("temperature").temperature(device_index(device))
+    return _driver_query("temperature", device)
 
 
 def power_draw(device: DeviceLike = None) -> int:
     """The device's average power draw in milliwatts."""
-    return native_device_module("power_draw").power_draw(device_index(device))
+    return _driver_query("power_draw", device)
 
 
 def clock_rate(device: DeviceLike = None) -> int:
     """The device's SM clock in MHz."""
-    return native_device_module("clock_rate").clock_rate(device_index(device))
+    return _driver_query("clock_rate", device)
 
 
 def list_gpu_processes(device: DeviceLike = None) -> str:
     """The processes using the device and their memory, printable."""
-    return native_device_module("list_gpu_processes").list_gpu_processes(device_index(device))
+    return _driver_query("list_gpu_processes", device)
 
 
 def get_sync_debug_mode() -> int:
     """0, 1 (warn) or 2 (error) on host synchronisations; the cpu accelerator never waits on a
     device, so it is always 0 there."""
-    if _C._native_device_type() == "cpu":
+    if on_cpu_accelerator():
         return 0
     return torch.cuda.get_sync_debug_mode()
 
@@ -71,7 +71,7 @@ def get_sync_debug_mode() -> int:
 def set_sync_debug_mode(debug_mode: int | str) -> None:
     """Warn about (1, "warn") or refuse (2, "error") operations that wait for the device, as
     torch.cuda.set_sync_debug_mode: flagos waits are CUDA's, so flagos operations report too."""
-    if _C._native_device_type() == "cpu":
+    if on_cpu_accelerator():
         if debug_mode not in (0, "default"):
             raise RuntimeError(
                 "torch.flagos.set_sync_debug_mode: the cpu accelerator runs every operator on "
@@ -84,6 +84,6 @@ def set_sync_debug_mode(debug_mode: int | str) -> None:
 
 def is_tf32_supported() -> bool:
     """Whether matmuls can run in TF32 on the device (never on the cpu accelerator)."""
-    if _C._native_device_type() == "cpu":
+    if on_cpu_accelerator():
         return False
     return torch.cuda.is_tf32_supported()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from torch_fl import _C
-from torch_fl.flagos._device import current_device, synchronize
+from torch_fl.flagos._device import current_device, on_cpu_accelerator, synchronize
 from torch_fl.flagos._host_graph import HostGraph, new_pool_id
 from torch_fl.flagos._memory import empty_cache
 from torch_fl.flagos._streams import Stream, current_stream, default_stream, stream
@@ -32,17 +32,9 @@ PoolHandle = tuple[int, int]
 _CAPTURE_MODES = ("global", "thread_local", "relaxed")
 
 
-def _check_supported(what: str) -> None:
-    _C._check_graph_capture_supported(what)
-
-
-def _on_host() -> bool:
-    return _C._native_device_type() == "cpu"
-
-
 def graph_pool_handle() -> PoolHandle:
     """An opaque token naming a memory pool that several graphs may share (pass it as `pool`)."""
-    if _on_host():
+    if on_cpu_accelerator():
         return new_pool_id()  # a host graph keeps what it captured alive; ids only match
     return torch.cuda.graph_pool_handle()
 
@@ -56,7 +48,9 @@ class FlagOSGraph:
 
     def __init__(self, keep_graph: bool = False) -> None:
         # The cpu accelerator has no device kernels to capture: it records the operators.
-        self._native: Any = HostGraph() if _on_host() else torch.cuda.CUDAGraph(keep_graph)
+        self._native: Any = (
+            HostGraph() if on_cpu_accelerator() else torch.cuda.CUDAGraph(keep_graph)
+        )
 
     def capture_begin(
         self, pool: PoolHandle | None = None, capture_error_mode: str = "global"
@@ -175,7 +169,7 @@ def make_graphed_callables(
 ) -> Any:
     """Graphed versions of modules or functions, forward and backward each replayed from a
     graph (torch.cuda.make_graphed_callables over flagos tensors; same rules and arguments)."""
-    _check_supported("torch.flagos.make_graphed_callables")
+    _C._check_graph_capture_supported("torch.flagos.make_graphed_callables")
     return torch.cuda.make_graphed_callables(
         callables,
         sample_args,
