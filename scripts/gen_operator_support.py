@@ -46,8 +46,14 @@ def render() -> str:
     for name, _, _ in TABLES:
         entries = routing.parse_table(config_dir / f"backends_{name}.conf", check_available=False)
         final: dict[str, tuple[str, str]] = {}
-        for op, route, file, line in entries:
-            final[op] = (route, f"{Path(file).name}:{line}")  # later lines win
+        for op, route, file, line, condition in entries:
+            where = f"{Path(file).name}:{line}"
+            if not condition:
+                final[op] = (route, where)  # later lines win
+            elif op in final:  # a size rule: shown beside the plain route
+                final[op] = (f"{final[op][0]}; [{condition}] = {route}", final[op][1])
+            else:
+                final[op] = (f"[{condition}] = {route}", where)
         parsed[name] = final
 
     out = [

@@ -35,6 +35,13 @@ def report() -> str:
     for op, route in sorted(table["table"].items()):
         note = "" if routing.reaches_router(op) else "  (served by a composite/flagos kernel)"
         lines.append(f"    {op} = {route}{note}")
+    if table["rules"]:
+        lines.append(
+            f"  size rules (per call; the last a call meets wins): {len(table['rules'])} operators"
+        )
+        for op, rules in sorted(table["rules"].items()):
+            for condition, route, where in rules:
+                lines.append(f"    {op} [{condition}] = {route}  ({where})")
     available = routing.available_routes()
     lines.append("routes in this build: " + ", ".join(r for r, why in available.items() if not why))
     counts = routing.route_counts()

@@ -12,6 +12,15 @@ The route of an operator comes, in order of precedence, from :func:`set_route`, 
 (``torch_fl/configs/backends_<accelerator>.conf`` as the build record says, or
 ``FLAGOS_BACKEND_CONFIG=<path>``), and the accelerator's default route.
 
+A table may also give an operator size rules, which route each call by the element count of
+its largest tensor argument and the dtype of its first (docs/routing.md)::
+
+    mm.default = cuda
+    mm.default [numel >= 1048576, dtype = float16|bfloat16] = flagos_python
+
+A call meeting no rule takes the plain route; an override (``set_route``, ``FLAGOS_OP_*``)
+replaces the rules too. :func:`get_route` with ``numel``/``dtype`` says what a call would take.
+
 Operator names are written as in ``torch.ops.aten``: ``"aten::add.Tensor"``, ``"add.Tensor"``,
 ``"relu"`` (or ``"relu.default"``) for an unnamed overload.
 """
@@ -23,6 +32,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
+
+import torch
 
 from torch_fl import _C
 
@@ -36,10 +47,12 @@ __all__ = [
     "default_route",
     "fast_operators",
     "get_route",
+    "load_table",
     "overrides",
     "python_kernels",
     "reaches_router",
     "route_counts",
+    "route_rules",
     "register_provider",
     "register_python_kernel",
     "reset_stats",
@@ -60,26 +73,57 @@ def table_path_for(build_config: ModuleType) -> Path:
     return CONFIG_DIR / f"backends_{accelerator}.conf"
 
 
+def _chosen_table(build_config: ModuleType) -> tuple[Path, str]:
+    """The table chosen at import (path, how): FLAGOS_BACKEND_CONFIG, else the build record's."""
+    explicit = os.environ.get("FLAGOS_BACKEND_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser().resolve(), "FLAGOS_BACKEND_CONFIG"
+    return table_path_for(build_config), f"build record (ACCELERATOR={build_config.ACCELERATOR!r})"
+
+
 def _load_at_import(build_config: ModuleType) -> None:
     """Loads the table in force and the FLAGOS_OP_*/FLAGOS_LOG/FLAGOS_STRICT variables; errors
     raise here, so at `import torch_fl`."""
-    explicit = os.environ.get("FLAGOS_BACKEND_CONFIG")
-    if explicit:
-        path = Path(explicit).expanduser().resolve()
-        origin = "FLAGOS_BACKEND_CONFIG"
-    else:
-        path = table_path_for(build_config)
-        origin = f"build record (ACCELERATOR={build_config.ACCELERATOR!r})"
+    path, origin = _chosen_table(build_config)
     _C._routing_load(str(path), origin)
+
+
+def load_table(path: str | os.PathLike | None = None) -> None:
+    """Makes the table at `path` the one in force (None: the one chosen at import again, from
+    FLAGOS_BACKEND_CONFIG or the build record). Overrides from the environment and
+    :func:`set_route` stay; a table with an error raises and changes nothing. In a build with
+    FlagGems, the operators the new table sends to flagos_python get FlagGems' kernels (lazily,
+    as at import) unless they have a kernel already."""
+    from torch_fl import _build_config, flaggems
+
+    if path is None:
+        chosen, origin = _chosen_table(_build_config)
+    else:
+        chosen, origin = Path(path).expanduser().resolve(), "torch_fl.routing.load_table"
+    _C._routing_load_table(str(chosen), origin)
+    if getattr(_build_config, "BUILD_FLAGGEMS", False):
+        flaggems.install(flaggems.routed_to_python())
 
 
 def _canonical(op: str) -> str:
     return _C._routing_canonical_name(op)
 
 
-def get_route(op: str) -> str:
-    """The route that runs `op` now."""
-    return _C._routing_describe(op)[0]
+def get_route(op: str, numel: int | None = None, dtype: torch.dtype | str | None = None) -> str:
+    """The route that runs `op` now. With size rules in force, that is the route of calls that
+    meet none of them, unless `numel` (the element count of the call's largest tensor argument)
+    or `dtype` (its first tensor argument's) is given: then the route such a call takes."""
+    if numel is None and dtype is None:
+        return _C._routing_describe(op)[0]
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    return _C._routing_route_for(op, 0 if numel is None else int(numel), dtype)
+
+
+def route_rules(op: str) -> list[tuple[str, str, str]]:
+    """The size rules that route `op`'s calls now, in table order: (condition, route,
+    "file:line"). Empty when the table gives none or an override replaces them."""
+    return list(_C._routing_describe(op)[2])
 
 
 def route_origin(op: str) -> str:
@@ -114,7 +158,8 @@ def overrides() -> dict[str, str]:
 
 
 def active_table() -> dict:
-    """The table in force: path, how it was chosen, default route, and its op -> route lines."""
+    """The table in force: path, how it was chosen, default route, its op -> route lines
+    ("table") and its size rules ("rules": op -> [(condition, route, "file:line")])."""
     return _C._routing_table_info()
 
 
@@ -200,7 +245,8 @@ def strict(enabled: bool | None = True) -> _Strict:
 
 
 def parse_table(path: str | os.PathLike, check_available: bool = True) -> list[tuple]:
-    """Parses a routing table without applying it: (op, route, file, line) per line. Operator
+    """Parses a routing table without applying it: (op, route, file, line, condition) per line,
+    condition being '' for a plain line and the size rule's conditions otherwise. Operator
     names are always checked against the installed torch; routes against this build only when
     `check_available`."""
     return _C._routing_parse_table(str(path), check_available)

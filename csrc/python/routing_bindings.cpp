@@ -255,18 +255,29 @@ py::list python_kernel_ops() {
   return out;
 }
 
+// Size rules as [(condition, route, "file:line"), ...].
+py::list rules_to_python(const std::vector<routing::RuleInfo>& rules) {
+  py::list out;
+  for (const auto& r : rules) {
+    out.append(py::make_tuple(r.condition, r.route, r.where));
+  }
+  return out;
+}
+
 } // namespace
 
 void init_routing_bindings(py::module_& m) {
   routing::set_python_route(&python_route);
 
   m.def("_routing_load", &routing::load, py::arg("path"), py::arg("origin"));
+  m.def("_routing_load_table", &routing::load_table, py::arg("path"), py::arg("origin"));
   m.def(
       "_routing_parse_table",
       [](const std::string& path, bool check_available) {
         py::list out;
         for (const auto& e : routing::parse_table(path, check_available)) {
-          out.append(py::make_tuple(e.op, e.route, e.file, e.line));
+          out.append(
+              py::make_tuple(e.op, e.route, e.file, e.line, e.when ? e.when->text : std::string()));
         }
         return out;
       },
@@ -274,9 +285,11 @@ void init_routing_bindings(py::module_& m) {
       py::arg("check_available") = true);
   m.def("_routing_set_route", &routing::set_override, py::arg("op"), py::arg("route"));
   m.def("_routing_get_override", &routing::get_override);
+  m.def(
+      "_routing_route_for", &routing::route_for, py::arg("op"), py::arg("numel"), py::arg("dtype"));
   m.def("_routing_describe", [](const std::string& op) {
     auto info = routing::describe(op);
-    return py::make_tuple(info.route, info.origin);
+    return py::make_tuple(info.route, info.origin, rules_to_python(info.rules));
   });
   m.def("_routing_canonical_name", [](const std::string& op) {
     return routing::entry_by_name(op).name;
@@ -289,6 +302,11 @@ void init_routing_bindings(py::module_& m) {
     d["loaded"] = info.loaded;
     d["default_route"] = info.default_route;
     d["table"] = info.table;
+    py::dict rules;
+    for (const auto& [op, list] : info.rules) {
+      rules[py::str(op)] = rules_to_python(list);
+    }
+    d["rules"] = rules;
     d["env_overrides"] = info.env_overrides;
     d["api_overrides"] = info.api_overrides;
     return d;

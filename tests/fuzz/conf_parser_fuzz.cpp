@@ -34,6 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   torch_fl::conf::Options options;
   options.routes = {"cpu_fallback", "cuda", "flagos_python", "flaggems_cpp"};
+  options.dtypes = {"float16", "bfloat16", "float32", "int64"};
   options.read_file = [&](const std::string& path) -> std::optional<std::string> {
     auto it = files.find(path);
     if (it == files.end()) {
@@ -55,6 +56,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& e : entries) {
       if (e.op.empty() || e.route.empty() || e.line <= 0) {
         std::abort(); // an accepted line must be complete
+      }
+      if (e.when && (e.when->min_numel > e.when->max_numel || e.when->min_numel < 0 ||
+                     e.when->text.empty())) {
+        std::abort(); // an accepted size rule matches some call
       }
     }
   } catch (const torch_fl::conf::ConfError&) {

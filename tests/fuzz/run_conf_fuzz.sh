@@ -19,6 +19,8 @@ mkdir -p "$WORK/corpus"
 cp "$ROOT"/torch_fl/configs/*.conf "$WORK/corpus/"
 printf 'include a.conf\0add.Tensor = cuda\nrelu=flagos_python # c\0include main.conf' \
   > "$WORK/corpus/cycle"
+printf 'relu [numel >= 1_024, dtype = float16|int64] = cuda\nmm [numel < 9223372036854775807] = cpu_fallback\0' \
+  > "$WORK/corpus/rules"
 printf 'include sub/c.conf\0\0\0include ../b.conf\n_conj.default = cpu_fallback' \
   > "$WORK/corpus/nested"
 

@@ -111,9 +111,12 @@ def uninstall() -> None:
 
 def routed_to_python() -> list[str]:
     """Operators the table in force (with FLAGOS_OP_* and API overrides) sends to
-    flagos_python."""
+    flagos_python, for all calls or for those of a size rule."""
     info = _C._routing_table_info()
     ops = {op for op, route in info["table"].items() if route == "flagos_python"}
+    for op, rules in info["rules"].items():
+        if any(route == "flagos_python" for _, route, _ in rules):
+            ops.add(op)
     for op, value in info["env_overrides"].items():
         (ops.add if value.split(" ")[0] == "flagos_python" else ops.discard)(op)
     for op, value in info["api_overrides"].items():

@@ -459,12 +459,58 @@ struct MapResult<std::tuple<Ts...>> {
 template <class Op, bool Direct = false, class Sig = typename Op::schema>
 struct FastKernel;
 
+// ---- size rules (the router's measure of a call, on unboxed arguments) ----
+
+inline void see_size(routing::CallSize& size, const at::Tensor& t) {
+  size.see(t);
+}
+inline void see_size(routing::CallSize& size, const std::optional<at::Tensor>& t) {
+  if (t.has_value()) {
+    size.see(*t);
+  }
+}
+inline void see_size(routing::CallSize& size, at::TensorList list) {
+  for (const auto& t : list) {
+    size.see(t);
+  }
+}
+inline void see_size(routing::CallSize& size, const at::ITensorListRef& list) {
+  for (const auto& t : list) {
+    size.see(t);
+  }
+}
+inline void see_size(routing::CallSize& size, const c10::List<at::Tensor>& list) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    size.see(list.get(i));
+  }
+}
+inline void see_size(routing::CallSize& size, const c10::List<std::optional<at::Tensor>>& list) {
+  for (const std::optional<at::Tensor> t : list) {
+    see_size(size, t);
+  }
+}
+template <class T>
+void see_size(routing::CallSize&, const T&) {} // no tensor in it
+
+// The route of one call of an operator with size rules, as route_call would choose it.
+template <class... A>
+C10_NOINLINE uint8_t route_by_size(const routing::OpEntry& e, const A&... args) {
+  routing::CallSize size;
+  (see_size(size, args), ...);
+  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
+  const routing::SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
+  return rules == nullptr ? plain : rules->choose(size, plain);
+}
+
 template <class Op, bool Direct, class R, class... Args>
 struct FastKernel<Op, Direct, R(Args...)> {
   static R run(c10::DispatchKeySet keys, Args... args) {
     static const OpInfo info = make_info(Op::name, Op::overload_name, sizeof...(Args));
     routing::OpEntry& e = *info.entry;
-    const uint8_t route = e.route.load(std::memory_order_relaxed);
+    uint8_t route = e.route.load(std::memory_order_acquire);
+    if (C10_UNLIKELY(route == routing::kRouteBySize)) {
+      route = route_by_size(e, args...);
+    }
     if (C10_UNLIKELY(route != routing::fast_route() || !info.usable)) {
       return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
           boxed_router(), e.op, keys, std::forward<Args>(args)...);

@@ -1,8 +1,10 @@
 #include "aten/routing/conf_parser.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace torch_fl::conf {
 namespace {
@@ -133,16 +135,40 @@ class Parser {
       include(trim(body.substr(7)), path, number, raw);
       return;
     }
+    std::string lhs;
+    std::string rhs;
+    std::optional<Condition> when;
     const auto eq = body.find('=');
-    if (eq == std::string::npos || body.find('=', eq + 1) != std::string::npos) {
-      fail(
-          path,
-          number,
-          raw,
-          "malformed line: expected '<op>.<overload> = <route>' or 'include <file>'");
+    const auto open = body.find('[');
+    if (open != std::string::npos && open < eq) {
+      // <op> [<conditions>] = <route>: the conditions may hold '=' themselves.
+      const auto close = body.find(']', open);
+      if (close == std::string::npos) {
+        fail(path, number, raw, "malformed size rule: '[' without a closing ']'");
+      }
+      const std::string rest = trim(body.substr(close + 1));
+      if (rest.empty() || rest[0] != '=' || rest.find('=', 1) != std::string::npos) {
+        fail(
+            path,
+            number,
+            raw,
+            "malformed size rule: expected '<op>.<overload> [<conditions>] = <route>'");
+      }
+      lhs = trim(body.substr(0, open));
+      rhs = trim(rest.substr(1));
+      when = parse_conditions(body.substr(open + 1, close - open - 1), path, number, raw);
+    } else {
+      if (eq == std::string::npos || body.find('=', eq + 1) != std::string::npos) {
+        fail(
+            path,
+            number,
+            raw,
+            "malformed line: expected '<op>.<overload> = <route>', "
+            "'<op>.<overload> [<conditions>] = <route>' or 'include <file>'");
+      }
+      lhs = trim(body.substr(0, eq));
+      rhs = trim(body.substr(eq + 1));
     }
-    const std::string lhs = trim(body.substr(0, eq));
-    const std::string rhs = trim(body.substr(eq + 1));
     const auto op = canonical_op_name(lhs);
     if (!op) {
       fail(
@@ -167,7 +193,156 @@ class Parser {
         fail(path, number, raw, "unknown operator '" + *op + "': " + why);
       }
     }
-    entries_.push_back(Entry{*op, rhs, path, number});
+    entries_.push_back(Entry{*op, rhs, path, number, std::move(when)});
+  }
+
+  static constexpr const char* kConditionForms =
+      "conditions are 'numel <|<=|>|>= <integer>' and 'dtype = <dtype>[|<dtype>...]', "
+      "separated by commas";
+
+  // The part between '[' and ']' of a size rule.
+  Condition parse_conditions(
+      const std::string& text, const std::string& path, int number, const std::string& raw) {
+    Condition c;
+    bool dtype_seen = false;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t comma = text.find(',', pos);
+      if (comma == std::string::npos) {
+        comma = text.size();
+      }
+      const std::string item = trim(text.substr(pos, comma - pos));
+      pos = comma + 1;
+      if (item.empty()) {
+        fail(path, number, raw, std::string("empty condition; ") + kConditionForms);
+      }
+      size_t key_end = 0;
+      while (key_end < item.size() && is_ident(item[key_end])) {
+        ++key_end;
+      }
+      const std::string key = item.substr(0, key_end);
+      const std::string rest = trim(item.substr(key_end));
+      if (key == "numel") {
+        parse_numel(rest, c, item, path, number, raw);
+      } else if (key == "dtype") {
+        if (dtype_seen) {
+          fail(path, number, raw, "dtype is given twice in one rule; write 'dtype = a|b'");
+        }
+        dtype_seen = true;
+        parse_dtypes(rest, c, item, path, number, raw);
+      } else {
+        fail(path, number, raw, "unknown condition '" + item + "'; " + kConditionForms);
+      }
+      c.text += (c.text.empty() ? "" : ", ") + item;
+    }
+    if (c.min_numel > c.max_numel) {
+      fail(
+          path,
+          number,
+          raw,
+          "the conditions [" + c.text + "] match no call (no numel is both >= " +
+              std::to_string(c.min_numel) + " and <= " + std::to_string(c.max_numel) + ")");
+    }
+    return c;
+  }
+
+  void parse_numel(
+      const std::string& rest,
+      Condition& c,
+      const std::string& item,
+      const std::string& path,
+      int number,
+      const std::string& raw) {
+    std::string_view cmp;
+    for (std::string_view candidate : {"<=", ">=", "<", ">"}) {
+      if (rest.compare(0, candidate.size(), candidate) == 0) {
+        cmp = candidate;
+        break;
+      }
+    }
+    if (cmp.empty()) {
+      fail(
+          path,
+          number,
+          raw,
+          "malformed condition '" + item + "': numel compares with <, <=, > or >=");
+    }
+    const std::string digits = trim(rest.substr(cmp.size()));
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    int64_t n = 0;
+    bool ok = !digits.empty() && digits.front() != '_' && digits.back() != '_' &&
+              digits.find("__") == std::string::npos;
+    for (char ch : digits) {
+      if (ch == '_') {
+        continue;
+      }
+      if (ch < '0' || ch > '9' || n > (kMax - (ch - '0')) / 10) {
+        ok = false;
+        break;
+      }
+      n = n * 10 + (ch - '0');
+    }
+    if (!ok) {
+      fail(
+          path,
+          number,
+          raw,
+          "malformed condition '" + item +
+              "': numel is compared with a non-negative decimal integer below 2**63 (digits, "
+              "optionally grouped with '_')");
+    }
+    if (cmp == ">=") {
+      c.min_numel = std::max(c.min_numel, n);
+    } else if (cmp == "<=") {
+      c.max_numel = std::min(c.max_numel, n);
+    } else if ((cmp == ">" && n == kMax) || (cmp == "<" && n == 0)) {
+      c.min_numel = std::max<int64_t>(c.min_numel, 1); // an empty range, reported by the caller
+      c.max_numel = 0;
+    } else if (cmp == ">") {
+      c.min_numel = std::max(c.min_numel, n + 1);
+    } else {
+      c.max_numel = std::min(c.max_numel, n - 1);
+    }
+  }
+
+  void parse_dtypes(
+      const std::string& rest,
+      Condition& c,
+      const std::string& item,
+      const std::string& path,
+      int number,
+      const std::string& raw) {
+    if (rest.empty() || rest[0] != '=' || rest.find('=', 1) != std::string::npos) {
+      fail(
+          path,
+          number,
+          raw,
+          "malformed condition '" + item + "': write 'dtype = <dtype>[|<dtype>...]'");
+    }
+    const std::string names = rest.substr(1);
+    size_t pos = 0;
+    while (pos <= names.size()) {
+      size_t bar = names.find('|', pos);
+      if (bar == std::string::npos) {
+        bar = names.size();
+      }
+      const std::string name = trim(names.substr(pos, bar - pos));
+      pos = bar + 1;
+      bool known = options_.dtypes.empty() ? is_identifier(name) : false;
+      for (const auto& d : options_.dtypes) {
+        known = known || d == name;
+      }
+      if (!known) {
+        fail(
+            path,
+            number,
+            raw,
+            "unknown dtype '" + name + "' in '" + item + "'" +
+                (options_.dtypes.empty() ? std::string()
+                                         : "; valid dtypes: " + join(options_.dtypes)));
+      }
+      c.dtypes.push_back(name);
+    }
   }
 
   void include(

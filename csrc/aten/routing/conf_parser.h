@@ -7,12 +7,23 @@
 //   include <file>                  (relative to the including file; nested at most kMaxDepth)
 //   <op>.<overload> = <route>       (`aten::` prefix optional; `relu` or `relu.default` for the
 //                                    unnamed overload; later lines win)
+//   <op>.<overload> [<cond>, ...] = <route>
+//                                   (a size rule: the route of the calls that meet every
+//                                    condition; <cond> is `numel <|<=|>|>= <integer>` or
+//                                    `dtype = <dtype>[|<dtype>...]`)
+//
+// A plain line states an operator's whole route: it drops the rules earlier lines gave it.
+// A rule adds to them; among an operator's rules the last one a call meets wins, and a call
+// that meets none takes the plain route. What `numel` and `dtype` measure is the router's
+// business (csrc/aten/routing/size_rules.h).
 //
 // Every problem is a ConfError naming the file, the line, the offending text and the valid
 // choices. Operator names are checked by a caller-supplied callback (the dispatcher of the
 // installed torch, in the library).
 
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,16 +37,27 @@ struct ConfError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The conditions of a size rule, normalised: a closed numel range and a dtype set.
+struct Condition {
+  int64_t min_numel = 0;
+  int64_t max_numel = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> dtypes; // empty: any dtype
+  std::string text;                // canonical form, e.g. "numel >= 65536, dtype = float16"
+};
+
 struct Entry {
   std::string op;    // canonical: "aten::add.Tensor", "aten::relu" (unnamed overload)
   std::string route; // one of Options::routes
   std::string file;  // where the line is
   int line = 0;
+  std::optional<Condition> when; // set for a size rule
 };
 
 struct Options {
   // The route names the grammar accepts.
   std::vector<std::string> routes;
+  // The dtype names a condition may use (empty: any identifier).
+  std::vector<std::string> dtypes;
   // Returns the file's text, or nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& path)> read_file;
   // Returns an empty string when the canonical operator name exists, else a description of

@@ -95,9 +95,18 @@ bool is_device_accelerator() {
 
 // ---- the registry of operator entries and configuration ----
 
+// What the table says of one operator: a plain route, size rules, or both.
 struct TableRoute {
+  std::optional<Route> route;
+  std::string where; // file:line of the plain route
+  std::vector<SizeRule> rules;
+  std::shared_ptr<const SizeRules> compiled; // `rules` as calls read them
+};
+
+struct Resolved {
   Route route;
-  std::string where; // file:line
+  Origin origin;
+  const SizeRules* rules; // in force only without an override
 };
 
 struct EnvRoute {
@@ -124,27 +133,42 @@ struct State {
   std::unordered_map<const void*, OpEntry*> by_key;
   std::unordered_map<std::string, OpEntry*> by_name;
   std::vector<OpEntry*> all;
+  // Every size-rule set ever loaded: a call may still read one after a reload replaced it.
+  std::vector<std::shared_ptr<const SizeRules>> kept_rules;
   std::optional<c10::RegistrationHandleRAII> listener;
 
   // Caller holds mu.
-  std::pair<Route, Origin> resolve(const std::string& name) const {
+  Resolved resolve(const std::string& name) const {
     if (auto it = api.find(name); it != api.end()) {
-      return {it->second, Origin::Api};
+      return {it->second, Origin::Api, nullptr};
     }
     if (auto it = env.find(name); it != env.end()) {
-      return {it->second.route, Origin::Env};
+      return {it->second.route, Origin::Env, nullptr};
     }
     if (auto it = table.find(name); it != table.end()) {
-      return {it->second.route, Origin::Table};
+      const auto& t = it->second;
+      return {
+          t.route.value_or(default_route()),
+          t.route ? Origin::Table : Origin::Default,
+          t.compiled.get()};
     }
-    return {default_route(), Origin::Default};
+    return {default_route(), Origin::Default, nullptr};
   }
 
-  // Caller holds mu.
+  // Caller holds mu. Calls on other threads read `route` first and `size_rules` only when it
+  // says kRouteBySize, so the rules are published before that value and dropped after it.
   void resolve(OpEntry& e) {
-    const auto [route, origin] = resolve(e.name);
-    e.route.store(static_cast<uint8_t>(route), std::memory_order_relaxed);
-    e.origin.store(static_cast<uint8_t>(origin), std::memory_order_relaxed);
+    const Resolved r = resolve(e.name);
+    const auto plain = static_cast<uint8_t>(r.route);
+    e.plain_route.store(plain, std::memory_order_relaxed);
+    e.origin.store(static_cast<uint8_t>(r.origin), std::memory_order_relaxed);
+    if (r.rules != nullptr) {
+      e.size_rules.store(r.rules, std::memory_order_release);
+      e.route.store(kRouteBySize, std::memory_order_release);
+    } else {
+      e.route.store(plain, std::memory_order_release);
+      e.size_rules.store(nullptr, std::memory_order_release);
+    }
   }
 
   // Caller holds mu.
@@ -648,9 +672,20 @@ void set_python_route(PythonRoute route) {
   g_python_route.store(route, std::memory_order_release);
 }
 
+// The route of one call of an operator with size rules.
+static C10_NOINLINE uint8_t route_by_size(const OpEntry& e, const torch::jit::Stack& stack) {
+  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
+  const SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
+  return rules == nullptr ? plain : rules->choose(stack, plain);
+}
+
 void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpEntry& e = lookup(op);
-  const auto r = static_cast<Route>(e.route.load(std::memory_order_relaxed));
+  uint8_t raw = e.route.load(std::memory_order_acquire);
+  if (C10_UNLIKELY(raw == kRouteBySize)) {
+    raw = route_by_size(e, *stack);
+  }
+  const auto r = static_cast<Route>(raw);
   const auto i = static_cast<size_t>(r);
   e.calls[i].fetch_add(1, std::memory_order_relaxed);
   if (C10_UNLIKELY(g_log.load(std::memory_order_relaxed) != 0)) {
@@ -691,6 +726,7 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 std::vector<conf::Entry> parse_table(const std::string& path, bool check_available) {
   conf::Options options;
   options.routes = route_names();
+  options.dtypes = rule_dtype_names();
   options.read_file = &conf::read_disk_file;
   options.check_op = &check_op;
   std::vector<conf::Entry> entries;
@@ -710,6 +746,7 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
           e.line,
           ": ",
           e.op,
+          e.when ? " [" + e.when->text + "]" : std::string(),
           " = ",
           e.route,
           ": ",
@@ -719,13 +756,54 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
   return entries;
 }
 
+namespace {
+
+struct ParsedTable {
+  std::unordered_map<std::string, TableRoute> routes;
+  std::vector<std::shared_ptr<const SizeRules>> compiled;
+};
+
+// Reads a table into what the router keeps: per operator the last plain line and the rules
+// after it (a plain line states the whole route, so earlier rules go).
+ParsedTable read_table(const std::string& path) {
+  ParsedTable out;
+  for (const auto& e : parse_table(path, /*check_available=*/true)) {
+    const Route route = *route_from_name(e.route);
+    TableRoute& t = out.routes[e.op];
+    if (e.when) {
+      t.rules.push_back(make_size_rule(e, static_cast<uint8_t>(route)));
+    } else {
+      t.route = route;
+      t.where = e.file + ":" + std::to_string(e.line);
+      t.rules.clear();
+    }
+  }
+  for (auto& [name, t] : out.routes) {
+    if (!t.rules.empty()) {
+      const size_t num_args = find_op(name)->schema().arguments().size();
+      t.compiled = std::make_shared<const SizeRules>(num_args, t.rules);
+      out.compiled.push_back(t.compiled);
+    }
+  }
+  return out;
+}
+
+// Caller holds s.mu.
+void install_table(
+    State& s, ParsedTable&& table, const std::string& path, const std::string& origin) {
+  s.table = std::move(table.routes);
+  s.kept_rules.insert(s.kept_rules.end(), table.compiled.begin(), table.compiled.end());
+  s.path = path;
+  s.origin = origin;
+  s.loaded = true;
+}
+
+} // namespace
+
 void load(const std::string& path, const std::string& origin) {
   register_direct_kernels();
   register_sparse_kernels();
-  std::unordered_map<std::string, TableRoute> table;
-  for (const auto& e : parse_table(path, /*check_available=*/true)) {
-    table[e.op] = TableRoute{*route_from_name(e.route), e.file + ":" + std::to_string(e.line)};
-  }
+  ParsedTable table = read_table(path);
 
   std::unordered_map<std::string, EnvRoute> env;
   uint32_t log = 0;
@@ -751,14 +829,21 @@ void load(const std::string& path, const std::string& origin) {
 
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  s.table = std::move(table);
+  install_table(s, std::move(table), path, origin);
   s.env = std::move(env);
-  s.path = path;
-  s.origin = origin;
-  s.loaded = true;
   g_log.store(log, std::memory_order_relaxed);
   g_strict.store(strict_mode, std::memory_order_relaxed);
   update_fast_route();
+  for (auto* e : s.all) {
+    s.resolve(*e);
+  }
+}
+
+void load_table(const std::string& path, const std::string& origin) {
+  ParsedTable table = read_table(path); // errors leave the table in force untouched
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  install_table(s, std::move(table), path, origin);
   for (auto* e : s.all) {
     s.resolve(*e);
   }
@@ -789,6 +874,36 @@ void set_override(const std::string& op, const std::optional<std::string>& route
   s.resolve(e);
 }
 
+std::string route_for(
+    const std::string& op, int64_t numel, const std::optional<std::string>& dtype) {
+  TORCH_CHECK(numel >= 0, "torch_fl.routing.get_route: numel must be >= 0, not ", numel);
+  CallSize size;
+  size.numel = numel;
+  if (dtype) {
+    size.dtype = rule_dtype(*dtype);
+    TORCH_CHECK(
+        size.dtype.has_value(),
+        "torch_fl.routing.get_route: unknown dtype '",
+        *dtype,
+        "'; valid dtypes: ",
+        [] {
+          std::string list;
+          for (const auto& n : rule_dtype_names()) {
+            list += (list.empty() ? "" : ", ") + n;
+          }
+          return list;
+        }());
+  }
+  OpEntry& e = entry_by_name(op);
+  const uint8_t raw = e.route.load(std::memory_order_acquire);
+  if (raw != kRouteBySize) {
+    return route_name(static_cast<Route>(raw));
+  }
+  const SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
+  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
+  return route_name(static_cast<Route>(rules == nullptr ? plain : rules->choose(size, plain)));
+}
+
 std::optional<std::string> get_override(const std::string& op) {
   const auto canonical = resolve_name(op, "torch_fl.routing");
   auto& s = state();
@@ -804,7 +919,12 @@ RouteInfo describe(const std::string& op) {
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   RouteInfo info;
-  info.route = route_name(static_cast<Route>(e.route.load()));
+  info.route = route_name(static_cast<Route>(e.plain_route.load()));
+  if (const SizeRules* rules = e.size_rules.load()) {
+    for (const auto& r : rules->rules()) {
+      info.rules.push_back(RuleInfo{r.condition, route_name(static_cast<Route>(r.route)), r.where});
+    }
+  }
   switch (static_cast<Origin>(e.origin.load())) {
     case Origin::Default:
       info.origin = "default";
@@ -831,7 +951,13 @@ TableInfo table_info() {
   info.loaded = s.loaded;
   info.default_route = route_name(default_route());
   for (const auto& [op, r] : s.table) {
-    info.table[op] = route_name(r.route);
+    if (r.route) {
+      info.table[op] = route_name(*r.route);
+    }
+    for (const auto& rule : r.rules) {
+      info.rules[op].push_back(
+          RuleInfo{rule.condition, route_name(static_cast<Route>(rule.route)), rule.where});
+    }
   }
   for (const auto& [op, r] : s.env) {
     info.env_overrides[op] = std::string(route_name(r.route)) + " (" + r.variable + ")";
@@ -904,7 +1030,7 @@ std::map<std::string, uint64_t> route_counts() {
   std::lock_guard<std::mutex> lock(s.mu);
   std::map<std::string, uint64_t> out;
   for (const auto& op : ops) {
-    out[route_name(s.resolve(op).first)] += 1;
+    out[route_name(s.resolve(op).route)] += 1;
   }
   return out;
 }

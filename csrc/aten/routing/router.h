@@ -14,6 +14,7 @@
 
 #include "aten/aliased_call.h"
 #include "aten/routing/conf_parser.h"
+#include "aten/routing/size_rules.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -38,6 +39,10 @@ FLAGOS_API std::vector<std::string> route_names();
 FLAGOS_API std::string unavailable_reason(Route route);
 FLAGOS_API Route default_route();
 
+// OpEntry::route while size rules choose each call's route (never a fast route, so fast kernels
+// hand such calls to route_call).
+constexpr uint8_t kRouteBySize = 0xFE;
+
 // Where an operator's route came from.
 enum class Origin : uint8_t { Default = 0, Table = 1, Env = 2, Api = 3 };
 
@@ -49,8 +54,13 @@ struct FLAGOS_API OpEntry {
   const ArgPlan plan;
   const bool has_cpu_kernel;
   const bool has_native_kernel;
+  // The route calls take: a Route, or kRouteBySize while `size_rules` choose it per call.
   std::atomic<uint8_t> route{0};
+  // The route without size rules (the one a call that meets no rule takes).
+  std::atomic<uint8_t> plain_route{0};
   std::atomic<uint8_t> origin{0};
+  // The table's size rules for this operator while they are in force (no override), else null.
+  std::atomic<const SizeRules*> size_rules{nullptr};
   std::array<std::atomic<uint64_t>, kNumRoutes> calls{};
   std::array<std::atomic<bool>, kNumRoutes> logged{};
   std::atomic<bool> fallback_warned{false};
@@ -104,18 +114,32 @@ FLAGOS_API std::vector<conf::Entry> parse_table(const std::string& path, bool ch
 // Loads the table in force, FLAGOS_OP_* overrides, FLAGOS_LOG and FLAGOS_STRICT. `origin`
 // says how the path was chosen (for torch_fl.info).
 FLAGOS_API void load(const std::string& path, const std::string& origin);
+// Replaces only the table (environment overrides, API overrides, logging and strict mode
+// stay); a table with an error changes nothing.
+FLAGOS_API void load_table(const std::string& path, const std::string& origin);
 
 // The entry of an operator named as in a table ("add.Tensor", "aten::relu"); throws if it
 // does not exist in the installed torch.
 FLAGOS_API OpEntry& entry_by_name(const std::string& name);
 
+// The route a call of `op` with this numel and dtype would take now.
+FLAGOS_API std::string route_for(
+    const std::string& op, int64_t numel, const std::optional<std::string>& dtype);
+
 // Sets (or with nullopt clears) the run-time override of one operator.
 FLAGOS_API void set_override(const std::string& op, const std::optional<std::string>& route);
 FLAGOS_API std::optional<std::string> get_override(const std::string& op);
 
-struct RouteInfo {
+struct RuleInfo {
+  std::string condition; // as written, e.g. "numel >= 65536, dtype = float16"
   std::string route;
-  std::string origin; // "default", "table <file>:<line>", "env FLAGOS_OP_x", "api"
+  std::string where; // file:line
+};
+
+struct RouteInfo {
+  std::string route;           // the plain route (calls that meet no size rule)
+  std::string origin;          // "default", "table <file>:<line>", "env FLAGOS_OP_x", "api"
+  std::vector<RuleInfo> rules; // size rules in force, in table order
 };
 FLAGOS_API RouteInfo describe(const std::string& op);
 
@@ -124,9 +148,10 @@ struct TableInfo {
   std::string origin;
   bool loaded = false;
   std::string default_route;
-  std::map<std::string, std::string> table;         // op -> route, as the table says
-  std::map<std::string, std::string> env_overrides; // op -> "route (VAR)"
-  std::map<std::string, std::string> api_overrides; // op -> route
+  std::map<std::string, std::string> table;           // op -> route, as the table says
+  std::map<std::string, std::vector<RuleInfo>> rules; // op -> the table's size rules
+  std::map<std::string, std::string> env_overrides;   // op -> "route (VAR)"
+  std::map<std::string, std::string> api_overrides;   // op -> route
 };
 FLAGOS_API TableInfo table_info();
 

@@ -9,7 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-GRAMMAR = "# Grammar: <op>.<overload> = <route> | include <file> | # comment; later lines win."
+GRAMMAR = (
+    "# Grammar (docs/routing.md): <op>.<overload> = <route> | "
+    "<op>.<overload> [<conditions>] = <route> | include <file> | # comment; later lines win."
+)
 
 
 def short(op: str) -> str:
