@@ -150,3 +150,26 @@ def test_every_catalog_operator_runs_on_the_native_route():
             args = op.make(numel, torch.float32, device)
             assert max(a.numel() for a in args) <= max(numel, 1)
             op.call(*args)
+
+
+def test_the_written_table_routes_every_point_as_decided(tmp_path: Path, restore_routing):
+    """The routes this build has, whatever they are (FlagGems' kernels on a GPU build with
+    FlagGems; on the cpu accelerator flagos_python has no kernel and is left out): after
+    loading the table, every measured point takes the route the sweep starred for it."""
+    out = tmp_path / "rules.conf"
+    dtype = "float32" if torch_fl.build_config.ACCELERATOR == "cpu" else "float16"
+    argv = ["--out", str(out), "--ops", "relu,add.Tensor,mm", "--dtypes", dtype]
+    argv += ["--sizes", "1024,65536,1048576", "--rounds", "5", "--iters", "10"]
+    assert route_sweep.main(argv) == 0
+    routing.load_table(out)
+    decided = 0
+    for line in out.read_text().splitlines():
+        if not line.startswith("# ") or " numel " not in line:
+            continue
+        head, timings = line[2:].split("): ", 1)
+        op, dt, _, numel = head.split(" (")[0].split()
+        starred = [t.split()[0] for t in timings.split(";")[0].split(", ") if t.endswith("*")]
+        if starred:
+            decided += 1
+            assert routing.get_route(op, numel=int(numel), dtype=dt) == starred[0], line
+    assert decided == 9
