@@ -46,6 +46,17 @@ from torch_fl import comm  # noqa: E402
 
 comm.register()  # the `flagos` torch.distributed backend
 
+from torch_fl.interop import flagos_view, native_view  # noqa: E402
 from torch_fl.version import __version__  # noqa: E402
 
-__all__ = ["DEVICE_NAME", "build_config", "comm", "flagos", "flaggems", "routing", "__version__"]
+__all__ = [
+    "DEVICE_NAME",
+    "build_config",
+    "comm",
+    "flagos",
+    "flaggems",
+    "flagos_view",
+    "native_view",
+    "routing",
+    "__version__",
+]

@@ -1,0 +1,191 @@
+"""Custom operators on flagos (docs/custom-ops.md): the recipe in examples/custom_ops.py, and
+torch_fl.native_view / torch_fl.flagos_view that its kernels use."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_fl
+from tests.conftest import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "examples" / "custom_ops.py"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("fl_custom_ops_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ops = _load_example()  # registers fl_example::* once for this process
+
+
+# ---- the views ----
+
+
+def test_views_share_memory_and_layout_both_ways():
+    x = torch.arange(24.0, device="flagos:1").view(4, 6)[:, 1:5].t()
+    native = torch_fl.native_view(x)
+    assert native.device.type == torch_fl._C._native_device_type()
+    assert (native.data_ptr(), native.shape, native.stride()) == (x.data_ptr(), x.shape, x.stride())
+    native.fill_(7.0)  # writes land in the flagos memory
+    assert torch.equal(x.cpu(), torch.full((4, 4), 7.0))
+    back = torch_fl.flagos_view(native, "flagos:1")
+    assert back.device == torch.device("flagos:1") and back.data_ptr() == x.data_ptr()
+    with pytest.raises(ValueError, match="a view of flagos:1 memory, not flagos:0"):
+        torch_fl.flagos_view(native, 0)
+    fresh = torch.zeros(3, device=native.device)
+    if fresh.device.index is None:  # cpu accelerator: host memory may become any device's
+        assert torch_fl.flagos_view(fresh, 1).device == torch.device("flagos:1")
+    else:  # cuda:N memory is flagos:N memory
+        assert torch_fl.flagos_view(fresh).device.index == fresh.device.index
+
+
+def test_flagos_view_keeps_the_native_memory_alive():
+    native = torch_fl.native_view(torch.arange(1000.0, device="flagos"))
+    kept = torch_fl.flagos_view(native * 1)  # a fresh native tensor nothing else holds
+    del native
+    assert torch.equal(kept.cpu(), torch.arange(1000.0))
+    assert kept.device == torch.device("flagos", torch.flagos.current_device())
+
+
+def _native_zeros() -> torch.Tensor:
+    return torch_fl.native_view(torch.zeros(2, device="flagos"))
+
+
+@pytest.mark.skipif(torch_fl.build_config.ACCELERATOR != "cpu", reason="host memory has no index")
+def test_flagos_view_checks_the_index():
+    with pytest.raises(IndexError, match="Invalid device flagos:99"):
+        torch_fl.flagos_view(torch.zeros(2), 99)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: torch_fl.native_view(torch.zeros(2)), RuntimeError, "expects a flagos tensor"),
+        (
+            lambda: torch_fl.flagos_view(torch.zeros(2, device="flagos")),
+            RuntimeError,
+            "_native_to_flagos_view expects a",
+        ),
+        (lambda: torch_fl.flagos_view(_native_zeros(), "meta"), ValueError,
+         "device must be a flagos device, not meta"),
+    ],
+)  # fmt: skip
+def test_view_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---- the recipe ----
+
+
+def test_forward_and_backward_match_cpu():
+    x = torch.randn(16, 8, dtype=torch.float64)
+    fx = x.to("flagos").requires_grad_()
+    cx = x.clone().requires_grad_()
+    y = ops.scaled_silu(fx, 1.5)
+    assert y.device == fx.device
+    torch.testing.assert_close(y.detach().cpu(), F.silu(x) * 1.5)
+    grad = torch.randn(16, 8, dtype=torch.float64)
+    y.backward(grad.to("flagos"))
+    (F.silu(cx) * 1.5).backward(grad)
+    torch.testing.assert_close(fx.grad.cpu(), cx.grad)
+
+
+def test_gradcheck():
+    x = torch.randn(5, 3, dtype=torch.float64, device="flagos", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ops.scaled_silu(t, 0.7), (x,))
+
+
+def test_outputs_are_flagos_memory():
+    x = torch.randn(1 << 16, device="flagos")
+    torch.flagos.synchronize()
+    before = torch.flagos.memory_allocated()
+    y = ops.scaled_silu(x, 2.0)
+    assert torch.flagos.memory_allocated() - before >= y.numel() * y.element_size()
+    del y
+    assert torch.flagos.memory_allocated() == before
+
+
+def test_autocast_runs_the_operator_in_float16():
+    x = torch.randn(4, 4, device="flagos")
+    with torch.autocast("flagos", dtype=torch.float16):
+        y = ops.scaled_silu(x, 2.0)
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(
+        y.float().cpu(), F.silu(x.cpu().half()).float() * 2, atol=2e-3, rtol=2e-3
+    )
+    assert ops.scaled_silu(x, 2.0).dtype == torch.float32  # outside autocast
+
+
+def test_fake_kernel_serves_meta_tensors_and_torch_compile():
+    meta = ops.scaled_silu(torch.empty(3, 5, device="meta"), 1.0)
+    assert meta.shape == (3, 5) and meta.device.type == "meta"
+    compiled = torch.compile(
+        lambda t: ops.scaled_silu(t, 3.0).sum(-1), fullgraph=True, dynamic=True
+    )
+    for rows in (2, 7):
+        t = torch.randn(rows, 6, device="flagos")
+        torch.testing.assert_close(compiled(t).cpu(), (F.silu(t.cpu()) * 3).sum(-1))
+
+
+def test_opcheck_where_torch_supports_other_devices():
+    """torch's autograd-registration check raises NYI for any device but CPU/CUDA/XPU; the
+    others run."""
+    x = torch.randn(4, 4, device="flagos", requires_grad=True)
+    result = torch.library.opcheck(
+        torch.ops.fl_example.scaled_silu.default,
+        (x, 2.0),
+        test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"),
+    )
+    assert set(result.values()) == {"SUCCESS"}
+
+
+def test_a_mutating_operator_bumps_the_version_and_writes_in_place():
+    a, b = torch.randn(10), torch.randn(10)
+    fa, fb = a.to("flagos"), b.to("flagos")
+    ptr, version = fa.data_ptr(), fa._version
+    assert ops.add_relu_(fa, fb) is None
+    assert fa.data_ptr() == ptr and fa._version > version
+    torch.testing.assert_close(fa.cpu(), (a + b).relu())
+
+
+def test_autograd_refuses_saved_tensors_the_operator_overwrote():
+    x = torch.randn(6, device="flagos", requires_grad=True)
+    y = x * 1  # a non-leaf
+    w = y * y  # saves y
+    ops.add_relu_(y, torch.ones(6, device="flagos"))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        w.sum().backward()
+
+
+def test_a_cpu_tensor_has_no_kernel_of_a_flagos_operator():
+    with pytest.raises(NotImplementedError, match="fl_example::scaled_silu"):
+        ops.scaled_silu(torch.randn(3), 1.0)
+
+
+def test_the_example_script_runs():
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "scaled_silu: forward and backward match CPU" in r.stdout
+    assert "add_relu_: in place, version counter bumped" in r.stdout
+
+
+@pytest.mark.gpu
+def test_triton_kernel_on_flagos_tensors():
+    pytest.importorskip("triton")
+    x = torch.randn(3000, device="flagos")
+    torch.testing.assert_close(ops.triton_scale(x, 0.25).cpu(), x.cpu() * 0.25)
+    y = torch.randn(33, 7, device="flagos").t()  # non-contiguous input
+    torch.testing.assert_close(ops.triton_scale(y, -2.0).cpu(), y.cpu() * -2.0)
+    assert ops.triton_scale(x, 1.0).device == x.device
