@@ -173,3 +173,16 @@ def test_the_written_table_routes_every_point_as_decided(tmp_path: Path, restore
             decided += 1
             assert routing.get_route(op, numel=int(numel), dtype=dt) == starred[0], line
     assert decided == 9
+
+
+def test_operators_that_never_reach_the_router_are_skipped(tmp_path: Path, capsys, restore_routing):
+    """abs is served by a composite kernel on flagos: naming a route for it changes nothing, so
+    timing its 'routes' would only measure noise."""
+    assert not routing.reaches_router("abs")
+    routing.register_python_kernel("relu", torch.relu)
+    out = tmp_path / "rules.conf"
+    argv = ["--out", str(out), "--ops", "abs,relu", "--dtypes", "float32", "--sizes", "64"]
+    assert route_sweep.main([*argv, "--rounds", "2", "--iters", "2", "--no-base"]) == 0
+    assert "skipped (calls never reach the router): abs" in capsys.readouterr().out
+    text = out.read_text()
+    assert "# abs" not in text and "abs [" not in text and "# relu float32 numel 64" in text
