@@ -25,6 +25,21 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+// `text` split at every `sep`, each piece trimmed (empty pieces kept: "a,,b" has three).
+std::vector<std::string> split_trimmed(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(sep, pos);
+    if (end == std::string::npos) {
+      end = text.size();
+    }
+    out.push_back(trim(text.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return out;
+}
+
 bool is_ident_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
@@ -205,14 +220,7 @@ class Parser {
       const std::string& text, const std::string& path, int number, const std::string& raw) {
     Condition c;
     bool dtype_seen = false;
-    size_t pos = 0;
-    while (pos <= text.size()) {
-      size_t comma = text.find(',', pos);
-      if (comma == std::string::npos) {
-        comma = text.size();
-      }
-      const std::string item = trim(text.substr(pos, comma - pos));
-      pos = comma + 1;
+    for (const std::string& item : split_trimmed(text, ',')) {
       if (item.empty()) {
         fail(path, number, raw, std::string("empty condition; ") + kConditionForms);
       }
@@ -319,15 +327,7 @@ class Parser {
           raw,
           "malformed condition '" + item + "': write 'dtype = <dtype>[|<dtype>...]'");
     }
-    const std::string names = rest.substr(1);
-    size_t pos = 0;
-    while (pos <= names.size()) {
-      size_t bar = names.find('|', pos);
-      if (bar == std::string::npos) {
-        bar = names.size();
-      }
-      const std::string name = trim(names.substr(pos, bar - pos));
-      pos = bar + 1;
+    for (const std::string& name : split_trimmed(rest.substr(1), '|')) {
       bool known = options_.dtypes.empty() ? is_identifier(name) : false;
       for (const auto& d : options_.dtypes) {
         known = known || d == name;
