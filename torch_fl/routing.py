@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -138,15 +139,37 @@ def set_route(op: str, route: str | None) -> None:
     _C._routing_set_route(op, route)
 
 
+# op -> the routes of its open `route` blocks, oldest first, after (None, the override the
+# first block found). Blocks may close in any order (other threads): the override is always the
+# newest open block's, and the one found before the first block once all have closed.
+_open_blocks: dict[str, list[tuple[object | None, str | None]]] = {}
+_open_blocks_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def route(op: str, route_name: str) -> Iterator[None]:
-    """``with torch_fl.routing.route("aten::add.Tensor", "flagos_python"): ...``"""
-    previous = _C._routing_get_override(op)
-    set_route(op, route_name)
+    """``with torch_fl.routing.route("aten::add.Tensor", "flagos_python"): ...``
+
+    The override is process-wide (calls on every thread take it). Blocks may overlap across
+    threads and close in any order: while any is open the newest open one's route is in force,
+    and when the last closes the override it found is restored."""
+    canonical = _canonical(op)
+    token = object()
+    with _open_blocks_lock:
+        blocks = _open_blocks.get(canonical) or [(None, _C._routing_get_override(canonical))]
+        set_route(canonical, route_name)  # raises for a bad route before anything is kept
+        blocks.append((token, route_name))
+        _open_blocks[canonical] = blocks
     try:
         yield
     finally:
-        set_route(op, previous)
+        with _open_blocks_lock:
+            blocks = [b for b in _open_blocks[canonical] if b[0] is not token]
+            set_route(canonical, blocks[-1][1])
+            if len(blocks) == 1:
+                del _open_blocks[canonical]
+            else:
+                _open_blocks[canonical] = blocks
 
 
 def overrides() -> dict[str, str]:

@@ -34,6 +34,53 @@ def test_set_route_get_route_and_context_manager():
     ).startswith("table ")
 
 
+def _open_block(op: str, route: str, entered: threading.Event, leave: threading.Event):
+    def body() -> None:
+        with routing.route(op, route):
+            entered.set()
+            assert leave.wait(30)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    assert entered.wait(30)
+    return thread
+
+
+@pytest.mark.parametrize("first_to_close", ["older", "newer"])
+def test_route_blocks_on_threads_may_close_in_any_order(first_to_close):
+    """Two threads' blocks overlap; whichever closes first, the newest open block's route is
+    in force, and the override found before them is back once both have closed."""
+    routing.set_route("relu", "flagos_python")  # the override the blocks find
+    try:
+        leave = {name: threading.Event() for name in ("older", "newer")}
+        older = _open_block("relu", "cpu_fallback", threading.Event(), leave["older"])
+        assert routing.get_route("relu") == "cpu_fallback"
+        newer = _open_block("relu", "flagos_python", threading.Event(), leave["newer"])
+        threads = {"older": older, "newer": newer}
+        leave[first_to_close].set()
+        threads[first_to_close].join()
+        still_open = "newer" if first_to_close == "older" else "older"
+        assert routing.get_route("relu") == (
+            "cpu_fallback" if still_open == "older" else "flagos_python"
+        )
+        leave[still_open].set()
+        threads[still_open].join()
+        assert routing.overrides()["aten::relu"] == "flagos_python (api)"
+    finally:
+        routing.set_route("relu", None)
+    assert "aten::relu" not in routing.overrides()
+
+
+def test_a_route_block_with_a_bad_route_changes_nothing():
+    with pytest.raises(RuntimeError, match="unknown route 'gpu'"):
+        with routing.route("relu", "gpu"):
+            pass
+    assert "aten::relu" not in routing.overrides()
+    with routing.route("relu", "cpu_fallback"):
+        assert routing.get_route("relu") == "cpu_fallback"
+    assert "aten::relu" not in routing.overrides()
+
+
 @pytest.mark.parametrize(
     ("op", "route", "error", "match"),
     [
