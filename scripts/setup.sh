@@ -125,6 +125,15 @@ else
   pip_install "${required[@]}"
 fi
 
+# Optional: the Hugging Face tests (tests/integration/test_huggingface.py) and the GPT-2
+# benchmarks' checks run with these and are skipped without them, so a failed install is a
+# note, not an error.
+optional=(transformers accelerate)
+if ! "$PYTHON" -c 'import transformers, accelerate' 2> /dev/null; then
+  say "pip install ${optional[*]} (optional)"
+  pip_install "${optional[@]}" || say "could not install ${optional[*]}: the tests that need them are skipped"
+fi
+
 # ---- accelerator default ---------------------------------------------------------------------
 if [[ -z "${FLAGOS_ACCELERATOR:-}" ]] && ! (command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1); then
   export FLAGOS_ACCELERATOR=cpu

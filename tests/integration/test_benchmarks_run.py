@@ -30,6 +30,7 @@ CASES = [
     ("flaggems_overhead.py", ["--reps", "1", "--calls", "1"], r"skipped, |extra us"),
     ("compile_speedup.py", ["--rounds", "1", "--iters", "1"], "ratio of speedups"),
     ("graph_replay.py", ["--rounds", "1", "--iters", "1", "--layers", "1"], "graph replay"),
+    ("custom_op_overhead.py", ["--rounds", "2", "--calls", "2"], "custom_op  flagos"),
     pytest.param(
         "transformer_e2e.py",
         ["--rounds", "1", "--steps", "1", "--decode-tokens", "2"],

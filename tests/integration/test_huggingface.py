@@ -1,0 +1,148 @@
+"""Hugging Face transformers and accelerate on flagos, unmodified: small randomly initialised
+models (nothing downloaded) against the same models on CPU. Skipped where transformers (or, for
+its tests, accelerate) is not installed; scripts/setup.sh installs both when it can."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import transformers  # noqa: E402
+
+HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None
+NEEDS_ACCELERATE = pytest.mark.skipif(not HAS_ACCELERATE, reason="needs accelerate")
+VOCAB = 100
+
+
+def gpt2() -> torch.nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config)
+
+
+def llama() -> torch.nn.Module:  # grouped-query attention through SDPA, rotary embeddings
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+def bert() -> torch.nn.Module:
+    config = transformers.BertConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        vocab_size=VOCAB, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    return transformers.BertForMaskedLM(config)
+
+
+MODELS: dict[str, Callable[[], torch.nn.Module]] = {"gpt2": gpt2, "llama": llama, "bert": bert}
+
+
+def pair(make: Callable[[], torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The same weights on CPU and on flagos."""
+    torch.manual_seed(0)
+    cpu = make()
+    flagos = make()
+    flagos.load_state_dict(cpu.state_dict())
+    return cpu, flagos.to("flagos")
+
+
+@pytest.fixture
+def ids() -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_steps_match_cpu(name, ids):
+    cpu, flagos = pair(MODELS[name])
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, flagos)]
+    for _ in range(2):
+        losses = []
+        for model, opt, x in ((cpu, opts[0], ids), (flagos, opts[1], ids.to("flagos"))):
+            opt.zero_grad()
+            out = model(input_ids=x, labels=x)
+            out.loss.backward()
+            opt.step()
+            losses.append(out.loss.detach().cpu())
+        torch.testing.assert_close(losses[1], losses[0])
+    for (n, p), q in zip(cpu.named_parameters(), flagos.parameters(), strict=True):
+        assert q.device.type == "flagos", n
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), msg=n)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_generation_with_the_kv_cache_matches_cpu(name, ids):
+    cpu, flagos = pair(MODELS[name])
+    prompt = ids[:, :4]
+    kwargs = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0}
+    expected = cpu.eval().generate(prompt, **kwargs)
+    got = flagos.eval().generate(prompt.to("flagos"), **kwargs)
+    assert got.device.type == "flagos"
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_save_pretrained_from_flagos_and_load_back(tmp_path, ids):
+    _, flagos = pair(llama)
+    flagos.save_pretrained(tmp_path)
+    # use_kernels=False keeps the `kernels` package from looking for CPU kernels on the Hub.
+    loaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path, use_kernels=False)
+    loaded = loaded.to("flagos:1")
+    assert {p.device for p in loaded.parameters()} == {torch.device("flagos:1")}
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(ids.to("flagos:1")).logits.cpu(), flagos.eval()(ids.to("flagos")).logits.cpu()
+        )
+
+
+@NEEDS_ACCELERATE
+@pytest.mark.parametrize(
+    ("device_map", "dtype", "expected"),
+    [
+        ("flagos", torch.float32, "flagos:0"),
+        ("flagos:1", torch.float32, "flagos:1"),
+        ("auto", torch.bfloat16, "flagos:0"),  # accelerate finds the device via torch.accelerator
+    ],
+)
+def test_from_pretrained_with_a_device_map(tmp_path, device_map, dtype, expected):
+    _, flagos = pair(llama)
+    flagos.save_pretrained(tmp_path)
+    # use_kernels=False: the `kernels` package transformers uses refuses device types it does
+    # not list (docs/ecosystem.md).
+    loaded = transformers.LlamaForCausalLM.from_pretrained(
+        tmp_path, device_map=device_map, dtype=dtype, use_kernels=False
+    )
+    assert {(p.device, p.dtype) for p in loaded.parameters()} == {(torch.device(expected), dtype)}
+
+
+@NEEDS_ACCELERATE
+def test_accelerate_trains_on_flagos(ids):
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    assert accelerator.device == torch.device("flagos")
+    cpu, model = pair(gpt2)
+    model = model.cpu()  # accelerate moves it
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = accelerator.prepare(model, opt)
+    assert next(model.parameters()).device.type == "flagos"
+    cpu_opt = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    for _ in range(2):
+        x = ids.to(accelerator.device)
+        loss = model(input_ids=x, labels=x).loss
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        cpu_loss = cpu(input_ids=ids, labels=ids).loss
+        cpu_loss.backward()
+        cpu_opt.step()
+        cpu_opt.zero_grad()
+        torch.testing.assert_close(loss.detach().cpu(), cpu_loss.detach())
