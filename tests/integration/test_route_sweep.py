@@ -186,3 +186,22 @@ def test_operators_that_never_reach_the_router_are_skipped(tmp_path: Path, capsy
     assert "skipped (calls never reach the router): abs" in capsys.readouterr().out
     text = out.read_text()
     assert "# abs" not in text and "abs [" not in text and "# relu float32 numel 64" in text
+
+
+def test_a_route_right_only_on_contiguous_inputs_is_left_out(tmp_path: Path, restore_routing):
+    """A kernel that reads its input as if it were contiguous (wrong on transposed, strided or
+    unaligned views) matches on the sweep's own inputs; the layout checks catch it."""
+
+    def relu_of_the_buffer(x: torch.Tensor) -> torch.Tensor:
+        if 0 in x.stride():  # right on broadcast inputs, so the strided check must catch it
+            return torch.relu(x)
+        flat = torch.as_strided(x, (x.numel(),), (1,), x.storage_offset())
+        return torch.relu(flat.clone()).view(x.shape)
+
+    routing.register_python_kernel("relu", relu_of_the_buffer)
+    out = tmp_path / "rules.conf"
+    argv = ["--out", str(out), "--ops", "relu", "--dtypes", "float32", "--sizes", "4096"]
+    assert route_sweep.main([*argv, "--rounds", "2", "--iters", "2", "--no-base"]) == 0
+    text = out.read_text()
+    assert f"{PY} left out (strided inputs: mismatch: " in text
+    assert "relu [" not in text

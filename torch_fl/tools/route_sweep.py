@@ -6,9 +6,10 @@ to the fastest correct one.
 For each operator of the sweep's catalog, dtype and size (the element count of the call's
 largest tensor argument, as size rules measure it), the same call is made on flagos tensors
 on every route of --routes, interleaved round by round, and the median time per call is
-kept. A route whose result differs from the first route's is left out at that point. The
-winner at a point is the route the table in force already takes there unless another is
-faster by more than --tolerance; where the winner differs, a rule is written:
+kept. A route whose result differs from the first route's, on the sweep's contiguous inputs or
+on the transposed, broadcast, strided and unaligned layouts verify_routes checks, is left out at
+that point. The winner at a point is the route the table in force already takes there unless
+another is faster by more than --tolerance; where the winner differs, a rule is written:
 
     include backends_flaggems.conf
     relu [dtype = float16, numel < 262144] = cuda
@@ -39,6 +40,7 @@ import torch
 
 import torch_fl
 from torch_fl import routing
+from torch_fl.tools._verify._cases import VARIANTS, place
 
 Inputs = tuple  # the positional arguments of one call
 
@@ -198,6 +200,30 @@ def _close(actual: object, expected: object) -> str | None:
     return None
 
 
+def _layouts_differ(op: SweepOp, args: Inputs, reference: str, route: str) -> str | None:
+    """None when `route` matches `reference` on every input layout verify_routes checks
+    (transposed, broadcast, strided, unaligned), else which one differs: a rule must not send
+    calls to a kernel that is only right on contiguous tensors (DESIGN.md section 6)."""
+    host = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+    for variant in VARIANTS[1:]:
+        placed = tuple(
+            place(a, variant, str(args[0].device), written=False)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in host
+        )
+        results = []
+        try:
+            for r in (reference, route):
+                with routing.route(op.name, r):
+                    results.append(op.call(*placed))
+        except Exception as err:  # noqa: BLE001 - a failure on one layout leaves the route out
+            return f"{variant} inputs: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        if (why := _close(results[1], results[0])) is not None:
+            return f"{variant} inputs: {why}"
+    return None
+
+
 def measure(
     op: SweepOp,
     numel: int,
@@ -230,7 +256,7 @@ def measure(
             continue
         if expected is None:
             expected = result
-        elif (why := _close(result, expected)) is not None:
+        elif why := _close(result, expected) or _layouts_differ(op, args, routes[0], r):
             point.left_out[r] = why
             continue
         runnable.append(r)
