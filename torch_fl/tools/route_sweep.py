@@ -203,7 +203,7 @@ def _close(actual: object, expected: object) -> str | None:
 def _layouts_differ(op: SweepOp, args: Inputs, reference: str, route: str) -> str | None:
     """None when `route` matches `reference` on every input layout verify_routes checks
     (transposed, broadcast, strided, unaligned), else which one differs: a rule must not send
-    calls to a kernel that is only right on contiguous tensors (DESIGN.md section 6)."""
+    calls to a kernel that is right only on contiguous tensors."""
     host = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
     for variant in VARIANTS[1:]:
         placed = tuple(
