@@ -83,6 +83,34 @@ def test_lines_comments_includes_and_later_lines_win(tmp_path):
         ("no_such_op.Tensor = cpu_fallback", "has no operator 'aten::no_such_op'"),
         ("add.NoSuchOverload = cpu_fallback", "overloads of aten::add: Scalar, Scalar_out,"),
         ("include", "malformed include"),
+        # size rules
+        (
+            "relu [numel >= 10, numel < 5] = cpu_fallback",
+            "match no call (no numel is both >= 10 and <= 4)",
+        ),
+        (
+            "relu [dtype = float17] = cpu_fallback",
+            "unknown dtype 'float17' in 'dtype = float17'; valid dtypes: bool, uint8,",
+        ),
+        ("relu [numel >= 10 = cpu_fallback", "'[' without a closing ']'"),
+        ("relu [] = cpu_fallback", "empty condition; conditions are 'numel <|<=|>|>= <integer>'"),
+        ("relu [numel >= 1,] = cpu_fallback", "empty condition"),
+        ("relu [numel == 5] = cpu_fallback", "numel compares with <, <=, > or >="),
+        ("relu [numel >= -5] = cpu_fallback", "non-negative decimal integer below 2**63"),
+        ("relu [numel >= 99999999999999999999] = cpu_fallback", "below 2**63"),
+        ("relu [numel >= 1__0] = cpu_fallback", "non-negative decimal integer"),
+        ("relu [numel < 0] = cpu_fallback", "match no call"),
+        ("relu [dtype = float16|] = cpu_fallback", "unknown dtype ''"),
+        ("relu [dtype float16] = cpu_fallback", "write 'dtype = <dtype>[|<dtype>...]'"),
+        ("relu [dtype = float16, dtype = float32] = cpu_fallback", "dtype is given twice"),
+        ("relu [shape > 3] = cpu_fallback", "unknown condition 'shape > 3'"),
+        ("relu [numel >= 5] cpu_fallback", "expected '<op>.<overload> [<conditions>] = <route>'"),
+        (
+            "relu [numel >= 5] = cpu_fallback = x",
+            "expected '<op>.<overload> [<conditions>] = <route>'",
+        ),
+        ("relu [numel >= 5] = gpu", "unknown route 'gpu'; valid routes: cpu_fallback"),
+        ("rellu [numel >= 5] = cpu_fallback", "has no operator 'aten::rellu'"),
     ],
 )
 def test_errors_name_file_line_text_and_choices(tmp_path, line, expected):

@@ -105,46 +105,6 @@ def test_rules_parse_with_their_conditions(tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        ("relu [numel >= 10 = NATIVE", "'[' without a closing ']'"),
-        ("relu [] = NATIVE", "empty condition; conditions are 'numel <|<=|>|>= <integer>'"),
-        ("relu [numel >= 1,] = NATIVE", "empty condition"),
-        ("relu [numel == 5] = NATIVE", "numel compares with <, <=, > or >="),
-        ("relu [numel >= -5] = NATIVE", "non-negative decimal integer below 2**63"),
-        ("relu [numel >= 99999999999999999999] = NATIVE", "below 2**63"),
-        ("relu [numel >= 1__0] = NATIVE", "non-negative decimal integer"),
-        (
-            "relu [numel >= 10, numel < 5] = NATIVE",
-            "match no call (no numel is both >= 10 and <= 4)",
-        ),
-        ("relu [numel < 0] = NATIVE", "match no call"),
-        (
-            "relu [dtype = float17] = NATIVE",
-            "unknown dtype 'float17' in 'dtype = float17'; valid dtypes: bool, uint8,",
-        ),
-        ("relu [dtype = float16|] = NATIVE", "unknown dtype ''"),
-        ("relu [dtype float16] = NATIVE", "write 'dtype = <dtype>[|<dtype>...]'"),
-        ("relu [dtype = float16, dtype = float32] = NATIVE", "dtype is given twice"),
-        ("relu [shape > 3] = NATIVE", "unknown condition 'shape > 3'"),
-        ("relu [numel >= 5] NATIVE", "expected '<op>.<overload> [<conditions>] = <route>'"),
-        ("relu [numel >= 5] = NATIVE = x", "expected '<op>.<overload> [<conditions>] = <route>'"),
-        ("relu [numel >= 5] = gpu", "unknown route 'gpu'; valid routes: cpu_fallback"),
-        ("rellu [numel >= 5] = NATIVE", "has no operator 'aten::rellu'"),
-    ],
-)
-def test_rule_errors_name_file_line_text_and_choices(tmp_path, line, expected):
-    line = line.replace("NATIVE", NATIVE)
-    path = write(tmp_path, "bad.conf", f"# header\nrelu = NATIVE\n{line}\n")
-    with pytest.raises(RuntimeError) as err:
-        routing.parse_table(path)
-    message = str(err.value)
-    assert f"{path}:3:" in message
-    assert expected in message
-    assert f"3 | {line}" in message
-
-
 def test_rule_to_an_unavailable_route_names_the_switch(tmp_path):
     path = write(tmp_path, "t.conf", "relu [numel >= 5] = flaggems_cpp\n")
     with pytest.raises(RuntimeError, match=r"aten::relu \[numel >= 5\] = flaggems_cpp: .*CPP=1"):

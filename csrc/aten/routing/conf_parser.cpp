@@ -130,6 +130,17 @@ class Parser {
   }
 
  private:
+  // Where a line is, for error messages.
+  struct Line {
+    const std::string& path;
+    int number;
+    const std::string& raw;
+  };
+
+  [[noreturn]] void fail(const Line& line, const std::string& what) {
+    fail(line.path, line.number, line.raw, what);
+  }
+
   [[noreturn]] void fail(
       const std::string& path, int number, const std::string& raw, const std::string& what) {
     std::ostringstream os;
@@ -171,7 +182,7 @@ class Parser {
       }
       lhs = trim(body.substr(0, open));
       rhs = trim(rest.substr(1));
-      when = parse_conditions(body.substr(open + 1, close - open - 1), path, number, raw);
+      when = parse_conditions(body.substr(open + 1, close - open - 1), Line{path, number, raw});
     } else {
       if (eq == std::string::npos || body.find('=', eq + 1) != std::string::npos) {
         fail(
@@ -216,13 +227,12 @@ class Parser {
       "separated by commas";
 
   // The part between '[' and ']' of a size rule.
-  Condition parse_conditions(
-      const std::string& text, const std::string& path, int number, const std::string& raw) {
+  Condition parse_conditions(const std::string& text, const Line& line) {
     Condition c;
     bool dtype_seen = false;
     for (const std::string& item : split_trimmed(text, ',')) {
       if (item.empty()) {
-        fail(path, number, raw, std::string("empty condition; ") + kConditionForms);
+        fail(line, std::string("empty condition; ") + kConditionForms);
       }
       size_t key_end = 0;
       while (key_end < item.size() && is_ident(item[key_end])) {
@@ -231,23 +241,21 @@ class Parser {
       const std::string key = item.substr(0, key_end);
       const std::string rest = trim(item.substr(key_end));
       if (key == "numel") {
-        parse_numel(rest, c, item, path, number, raw);
+        parse_numel(rest, c, item, line);
       } else if (key == "dtype") {
         if (dtype_seen) {
-          fail(path, number, raw, "dtype is given twice in one rule; write 'dtype = a|b'");
+          fail(line, "dtype is given twice in one rule; write 'dtype = a|b'");
         }
         dtype_seen = true;
-        parse_dtypes(rest, c, item, path, number, raw);
+        parse_dtypes(rest, c, item, line);
       } else {
-        fail(path, number, raw, "unknown condition '" + item + "'; " + kConditionForms);
+        fail(line, "unknown condition '" + item + "'; " + kConditionForms);
       }
       c.text += (c.text.empty() ? "" : ", ") + item;
     }
     if (c.min_numel > c.max_numel) {
       fail(
-          path,
-          number,
-          raw,
+          line,
           "the conditions [" + c.text + "] match no call (no numel is both >= " +
               std::to_string(c.min_numel) + " and <= " + std::to_string(c.max_numel) + ")");
     }
@@ -255,12 +263,7 @@ class Parser {
   }
 
   void parse_numel(
-      const std::string& rest,
-      Condition& c,
-      const std::string& item,
-      const std::string& path,
-      int number,
-      const std::string& raw) {
+      const std::string& rest, Condition& c, const std::string& item, const Line& line) {
     std::string_view cmp;
     for (std::string_view candidate : {"<=", ">=", "<", ">"}) {
       if (rest.compare(0, candidate.size(), candidate) == 0) {
@@ -269,11 +272,7 @@ class Parser {
       }
     }
     if (cmp.empty()) {
-      fail(
-          path,
-          number,
-          raw,
-          "malformed condition '" + item + "': numel compares with <, <=, > or >=");
+      fail(line, "malformed condition '" + item + "': numel compares with <, <=, > or >=");
     }
     const std::string digits = trim(rest.substr(cmp.size()));
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -292,9 +291,7 @@ class Parser {
     }
     if (!ok) {
       fail(
-          path,
-          number,
-          raw,
+          line,
           "malformed condition '" + item +
               "': numel is compared with a non-negative decimal integer below 2**63 (digits, "
               "optionally grouped with '_')");
@@ -314,18 +311,9 @@ class Parser {
   }
 
   void parse_dtypes(
-      const std::string& rest,
-      Condition& c,
-      const std::string& item,
-      const std::string& path,
-      int number,
-      const std::string& raw) {
+      const std::string& rest, Condition& c, const std::string& item, const Line& line) {
     if (rest.empty() || rest[0] != '=' || rest.find('=', 1) != std::string::npos) {
-      fail(
-          path,
-          number,
-          raw,
-          "malformed condition '" + item + "': write 'dtype = <dtype>[|<dtype>...]'");
+      fail(line, "malformed condition '" + item + "': write 'dtype = <dtype>[|<dtype>...]'");
     }
     for (const std::string& name : split_trimmed(rest.substr(1), '|')) {
       bool known = options_.dtypes.empty() ? is_identifier(name) : false;
@@ -334,9 +322,7 @@ class Parser {
       }
       if (!known) {
         fail(
-            path,
-            number,
-            raw,
+            line,
             "unknown dtype '" + name + "' in '" + item + "'" +
                 (options_.dtypes.empty() ? std::string()
                                          : "; valid dtypes: " + join(options_.dtypes)));
