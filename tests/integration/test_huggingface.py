@@ -13,7 +13,14 @@ import torch
 pytest.importorskip("transformers")
 import transformers  # noqa: E402
 
+import torch_fl  # noqa: E402
+
 HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None
+# The cpu accelerator runs the CPU kernels themselves: results are equal. On a GPU the kernels
+# differ, so training compares with a tolerance and uses SGD (Adam turns a sign difference of a
+# near-zero gradient into a whole learning-rate step).
+EXACT = torch_fl.build_config.ACCELERATOR == "cpu"
+TOL = {} if EXACT else {"rtol": 1e-4, "atol": 1e-5}
 NEEDS_ACCELERATE = pytest.mark.skipif(not HAS_ACCELERATE, reason="needs accelerate")
 VOCAB = 100
 
@@ -64,7 +71,12 @@ def ids() -> torch.Tensor:
 @pytest.mark.parametrize("name", MODELS)
 def test_training_steps_match_cpu(name, ids):
     cpu, flagos = pair(MODELS[name])
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, flagos)]
+    make_opt = (
+        (lambda p: torch.optim.AdamW(p, lr=1e-2))
+        if EXACT
+        else (lambda p: torch.optim.SGD(p, lr=0.1))
+    )
+    opts = [make_opt(m.parameters()) for m in (cpu, flagos)]
     for _ in range(2):
         losses = []
         for model, opt, x in ((cpu, opts[0], ids), (flagos, opts[1], ids.to("flagos"))):
@@ -73,18 +85,23 @@ def test_training_steps_match_cpu(name, ids):
             out.loss.backward()
             opt.step()
             losses.append(out.loss.detach().cpu())
-        torch.testing.assert_close(losses[1], losses[0])
+        torch.testing.assert_close(losses[1], losses[0], **TOL)
     for (n, p), q in zip(cpu.named_parameters(), flagos.parameters(), strict=True):
         assert q.device.type == "flagos", n
-        torch.testing.assert_close(q.detach().cpu(), p.detach(), msg=n)
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), **TOL, msg=n)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_greedy_generation_with_the_kv_cache_matches_cpu(name, ids):
+    """On CPU kernels (the cpu accelerator) against CPU; on a GPU, where near-ties of logits may
+    break differently from CPU, against the same model on flagos without the cache."""
     cpu, flagos = pair(MODELS[name])
     prompt = ids[:, :4]
     kwargs = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0}
-    expected = cpu.eval().generate(prompt, **kwargs)
+    if EXACT:
+        expected = cpu.eval().generate(prompt, **kwargs)
+    else:
+        expected = flagos.eval().generate(prompt.to("flagos"), use_cache=False, **kwargs).cpu()
     got = flagos.eval().generate(prompt.to("flagos"), **kwargs)
     assert got.device.type == "flagos"
     assert torch.equal(got.cpu(), expected)
@@ -99,7 +116,9 @@ def test_save_pretrained_from_flagos_and_load_back(tmp_path, ids):
     assert {p.device for p in loaded.parameters()} == {torch.device("flagos:1")}
     with torch.no_grad():
         torch.testing.assert_close(
-            loaded(ids.to("flagos:1")).logits.cpu(), flagos.eval()(ids.to("flagos")).logits.cpu()
+            loaded(ids.to("flagos:1")).logits.cpu(),
+            flagos.eval()(ids.to("flagos")).logits.cpu(),
+            **TOL,
         )
 
 
@@ -145,4 +164,4 @@ def test_accelerate_trains_on_flagos(ids):
         cpu_loss.backward()
         cpu_opt.step()
         cpu_opt.zero_grad()
-        torch.testing.assert_close(loss.detach().cpu(), cpu_loss.detach())
+        torch.testing.assert_close(loss.detach().cpu(), cpu_loss.detach(), **TOL)
