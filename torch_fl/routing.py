@@ -13,7 +13,7 @@ The route of an operator comes, in order of precedence, from :func:`set_route`, 
 ``FLAGOS_BACKEND_CONFIG=<path>``), and the accelerator's default route.
 
 A table may also give an operator size rules, which route each call by the element count of
-its largest tensor argument and the dtype of its first (docs/routing.md)::
+its largest tensor argument and the dtype of its first floating-point one (docs/routing.md)::
 
     mm.default = cuda
     mm.default [numel >= 1048576, dtype = float16|bfloat16] = flagos_python
@@ -113,7 +113,8 @@ def _canonical(op: str) -> str:
 def get_route(op: str, numel: int | None = None, dtype: torch.dtype | str | None = None) -> str:
     """The route that runs `op` now. With size rules in force, that is the route of calls that
     meet none of them, unless `numel` (the element count of the call's largest tensor argument)
-    or `dtype` (its first tensor argument's) is given: then the route such a call takes."""
+    or `dtype` (its first floating-point tensor argument's) is given: then the route such a call
+    takes."""
     if numel is None and dtype is None:
         return _C._routing_describe(op)[0]
     if isinstance(dtype, torch.dtype):

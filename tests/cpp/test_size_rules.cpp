@@ -44,6 +44,22 @@ TEST(SizeRules, MeasuresTheLargestTensorAndTheFirstDtype) {
   EXPECT_EQ(*size.dtype, at::kHalf);
 }
 
+TEST(SizeRules, TheDtypeIsTheFirstFloatingPointOne) {
+  // where(cond, a, b): the bool condition comes first.
+  torch::jit::Stack stack{
+      c10::IValue(at::zeros({4}, at::kBool)),
+      c10::IValue(at::zeros({4}, at::kBFloat16)),
+      c10::IValue(at::zeros({4}, at::kFloat))};
+  EXPECT_EQ(SizeRules(3, {}).measure(stack).dtype, at::kBFloat16);
+  // Without a floating-point tensor, the first tensor's dtype.
+  torch::jit::Stack ints{
+      c10::IValue(at::zeros({4}, at::kInt)), c10::IValue(at::zeros({4}, at::kLong))};
+  EXPECT_EQ(SizeRules(2, {}).measure(ints).dtype, at::kInt);
+  torch::jit::Stack complex{
+      c10::IValue(at::zeros({4}, at::kLong)), c10::IValue(at::zeros({4}, at::kComplexFloat))};
+  EXPECT_EQ(SizeRules(2, {}).measure(complex).dtype, at::kComplexFloat);
+}
+
 TEST(SizeRules, ACallWithoutTensorsMeasuresNothing) {
   torch::jit::Stack stack{c10::IValue(3), c10::IValue(std::vector<int64_t>{1, 2})};
   const CallSize size = SizeRules(2, {}).measure(stack);

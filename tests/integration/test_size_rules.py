@@ -1,5 +1,6 @@
 """Size rules in routing tables: `<op> [numel ..., dtype = ...] = <route>` lines route each
-call by the element count of its largest tensor argument and its first tensor's dtype."""
+call by the element count of its largest tensor argument and its first floating-point
+tensor's dtype."""
 
 from __future__ import annotations
 
@@ -182,6 +183,19 @@ def test_dtype_conditions(table, python_kernel):
     assert routing.get_route("add.Tensor", dtype="float32") == NATIVE
     # Without a plain line, calls that meet no rule take the default route.
     assert routing.route_origin("add.Tensor") == "default"
+
+
+def test_dtype_is_the_first_floating_point_argument(table, python_kernel):
+    """torch.where(cond, a, b): the rule's dtype is a's, not the bool condition's (the fast
+    kernel of where measures unboxed arguments; the boxed router measures the stack alike)."""
+    kernel = python_kernel("where.self", torch.where)
+    table("where.self [dtype = float64] = flagos_python\n")
+    cond = torch.tensor([True, False, True])
+    for dtype in (torch.float64, torch.float32):
+        a, b = torch.arange(3, dtype=dtype), -torch.arange(3, dtype=dtype)
+        got = torch.where(cond.to("flagos"), a.to("flagos"), b.to("flagos"))
+        assert torch.equal(got.cpu(), torch.where(cond, a, b))
+    assert len(kernel.calls) == 1
 
 
 def test_numel_is_the_largest_tensor_argument(table, python_kernel):

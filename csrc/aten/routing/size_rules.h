@@ -10,7 +10,8 @@
 //
 // What a call measures, from its arguments only (results do not exist yet):
 //   numel: the element count of its largest tensor argument (a list's tensors count one by one);
-//   dtype: the dtype of its first tensor argument.
+//   dtype: the dtype of its first floating-point (or complex) tensor argument, else of its first
+//          tensor argument (so where(cond, a, b) measures a's dtype, not cond's bool).
 // A call without tensor arguments measures numel 0 and meets no dtype condition.
 
 #include "aten/routing/conf_parser.h"
@@ -30,14 +31,20 @@ namespace torch_fl::routing {
 struct CallSize {
   int64_t numel = 0;
   std::optional<c10::ScalarType> dtype;
+  bool dtype_is_floating = false; // dtype is a floating-point or complex one
 
   void see(const at::Tensor& t) {
     if (!t.defined()) {
       return;
     }
     numel = std::max<int64_t>(numel, t.numel());
-    if (!dtype) {
-      dtype = t.scalar_type();
+    if (!dtype_is_floating) {
+      const c10::ScalarType type = t.scalar_type();
+      const bool floating = c10::isFloatingType(type) || c10::isComplexType(type);
+      if (!dtype || floating) {
+        dtype = type;
+        dtype_is_floating = floating;
+      }
     }
   }
 };
