@@ -40,8 +40,9 @@ def report() -> str:
             f"  size rules (per call; the last a call meets wins): {len(table['rules'])} operators"
         )
         for op, rules in sorted(table["rules"].items()):
+            note = "" if routing.reaches_router(op) else "  (served by a composite/flagos kernel)"
             for condition, route, where in rules:
-                lines.append(f"    {op} [{condition}] = {route}  ({where})")
+                lines.append(f"    {op} [{condition}] = {route}  ({where}){note}")
     available = routing.available_routes()
     lines.append("routes in this build: " + ", ".join(r for r, why in available.items() if not why))
     counts = routing.route_counts()
