@@ -114,7 +114,7 @@ def get_route(op: str, numel: int | None = None, dtype: torch.dtype | str | None
     """The route that runs `op` now. With size rules in force, that is the route of calls that
     meet none of them, unless `numel` (the element count of the call's largest tensor argument)
     or `dtype` (its first floating-point tensor argument's) is given: then the route such a call
-    takes."""
+    takes (an omitted numel counts as 0, an omitted dtype meets no dtype condition)."""
     if numel is None and dtype is None:
         return _C._routing_describe(op)[0]
     if isinstance(dtype, torch.dtype):

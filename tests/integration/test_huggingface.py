@@ -165,3 +165,13 @@ def test_accelerate_trains_on_flagos(ids):
         cpu_opt.step()
         cpu_opt.zero_grad()
         torch.testing.assert_close(loss.detach().cpu(), cpu_loss.detach(), **TOL)
+
+
+def test_torch_compile_of_a_model_without_graph_breaks(ids):
+    cpu, flagos = pair(llama)
+    compiled = torch.compile(flagos.eval(), fullgraph=True)
+    with torch.no_grad():
+        got = compiled(ids.to("flagos")).logits
+        expected = cpu.eval()(ids).logits
+    assert got.device.type == "flagos"
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
