@@ -175,3 +175,30 @@ def test_torch_compile_of_a_model_without_graph_breaks(ids):
         expected = cpu.eval()(ids).logits
     assert got.device.type == "flagos"
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_text_generation_pipeline_on_a_flagos_device():
+    """transformers.pipeline(device="flagos:1") with a tokenizer built in memory (a word-level
+    vocabulary, nothing downloaded) runs on flagos:1 and, on CPU kernels, generates what the
+    same pipeline generates on CPU."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(VOCAB)}
+    words = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, unk_token="w0", pad_token="w0", eos_token="w0"
+    )
+    cpu, flagos = pair(llama)
+    kwargs = {"max_new_tokens": 6, "do_sample": False}
+    texts = []
+    for model, device in ((cpu, "cpu"), (flagos, "flagos:1")):
+        pipe = transformers.pipeline(
+            "text-generation", model=model, tokenizer=tokenizer, device=device
+        )
+        assert pipe.device == torch.device(device)
+        texts.append(pipe("w5 w7 w9", **kwargs)[0]["generated_text"])
+    assert next(flagos.parameters()).device == torch.device("flagos:1")
+    assert texts[1].startswith("w5 w7 w9") and len(texts[1].split()) >= 3 + 1
+    if EXACT:  # on a GPU near-tied logits may break differently from CPU
+        assert texts[1] == texts[0]
