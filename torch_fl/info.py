@@ -10,6 +10,11 @@ import torch_fl
 from torch_fl import routing
 
 
+def _unrouted_note(op: str) -> str:
+    """Said of a table line whose operator never reaches the router (the line has no effect)."""
+    return "" if routing.reaches_router(op) else "  (served by a composite/flagos kernel)"
+
+
 def report() -> str:
     lines: list[str] = []
     record = torch_fl.build_config
@@ -33,16 +38,14 @@ def report() -> str:
     lines.append(f"  default route: {table['default_route']}")
     lines.append(f"  operators named in the table: {len(table['table'])}")
     for op, route in sorted(table["table"].items()):
-        note = "" if routing.reaches_router(op) else "  (served by a composite/flagos kernel)"
-        lines.append(f"    {op} = {route}{note}")
+        lines.append(f"    {op} = {route}{_unrouted_note(op)}")
     if table["rules"]:
         lines.append(
             f"  size rules (per call; the last a call meets wins): {len(table['rules'])} operators"
         )
         for op, rules in sorted(table["rules"].items()):
-            note = "" if routing.reaches_router(op) else "  (served by a composite/flagos kernel)"
             for condition, route, where in rules:
-                lines.append(f"    {op} [{condition}] = {route}  ({where}){note}")
+                lines.append(f"    {op} [{condition}] = {route}  ({where}){_unrouted_note(op)}")
     available = routing.available_routes()
     lines.append("routes in this build: " + ", ".join(r for r, why in available.items() if not why))
     counts = routing.route_counts()

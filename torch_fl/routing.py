@@ -102,8 +102,7 @@ def load_table(path: str | os.PathLike | None = None) -> None:
     else:
         chosen, origin = Path(path).expanduser().resolve(), "torch_fl.routing.load_table"
     _C._routing_load_table(str(chosen), origin)
-    if getattr(_build_config, "BUILD_FLAGGEMS", False):
-        flaggems.install(flaggems.routed_to_python())
+    flaggems.install_at_import(_build_config)
 
 
 def _canonical(op: str) -> str:

@@ -65,8 +65,9 @@ def is_available() -> bool:
 
 
 def install_at_import(build_config: ModuleType) -> list[str]:
-    """`import torch_fl`'s step: in a build with FlagGems, lazy kernels for the operators the
-    table in force routes to flagos_python. Imports nothing."""
+    """`import torch_fl`'s step (and torch_fl.routing.load_table's): in a build with FlagGems,
+    lazy kernels for the operators the table in force routes to flagos_python. Imports
+    nothing."""
     if not getattr(build_config, "BUILD_FLAGGEMS", False):
         return []
     return install(routed_to_python())

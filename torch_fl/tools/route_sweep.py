@@ -40,6 +40,7 @@ import torch
 
 import torch_fl
 from torch_fl import routing
+from torch_fl.flagos._device import on_cpu_accelerator
 from torch_fl.tools._verify._cases import VARIANTS, place
 
 Inputs = tuple  # the positional arguments of one call
@@ -234,8 +235,7 @@ def measure(
     device: torch.device,
 ) -> Point:
     """Times `op` at `numel` on each route (results checked against the first route's)."""
-    dtype_name = str(dtype).removeprefix("torch.")
-    point = Point(numel, routing.get_route(op.name, numel=numel, dtype=dtype_name))
+    point = Point(numel, routing.get_route(op.name, numel=numel, dtype=dtype))
     args = op.make(numel, dtype, device)
     expected = None
     runnable: list[str] = []
@@ -340,7 +340,7 @@ def _split(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    on_cpu = torch_fl.build_config.ACCELERATOR == "cpu"
+    on_cpu = on_cpu_accelerator()
     ops = _split(args.ops) or list(CATALOG)
     unknown = [o for o in ops if o not in CATALOG]
     if unknown:
@@ -356,11 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         ops = [o for o in ops if o not in unrouted]
     zero_copy = "cpu_fallback" if on_cpu else "cuda"
     routes = _split(args.routes) or [zero_copy, "flagos_python"]
+    available = routing.available_routes()  # route -> why this build cannot run it ('' if it can)
     bad = {
-        r: why
-        for r in routes
-        for why in [routing.available_routes().get(r, "unknown route")]
-        if why
+        r: available.get(r, "unknown route") for r in routes if available.get(r, "unknown route")
     }
     if bad or len(routes) < 2:
         why = "; ".join(f"{r}: {w}" for r, w in bad.items()) or "name at least two routes"

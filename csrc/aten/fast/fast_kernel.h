@@ -492,14 +492,14 @@ inline void see_size(routing::CallSize& size, const c10::List<std::optional<at::
 template <class T>
 void see_size(routing::CallSize&, const T&) {} // no tensor in it
 
-// The route of one call of an operator with size rules, as route_call would choose it.
+// The route of one call of an operator with size rules, measured on its unboxed arguments.
 template <class... A>
-C10_NOINLINE uint8_t route_by_size(const routing::OpEntry& e, const A&... args) {
-  routing::CallSize size;
-  (see_size(size, args), ...);
-  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
-  const routing::SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
-  return rules == nullptr ? plain : rules->choose(size, plain);
+C10_NOINLINE uint8_t route_of_sized_call(const routing::OpEntry& e, const A&... args) {
+  return routing::route_by_size(e, [&](const routing::SizeRules&) {
+    routing::CallSize size;
+    (see_size(size, args), ...);
+    return size;
+  });
 }
 
 template <class Op, bool Direct, class R, class... Args>
@@ -509,7 +509,7 @@ struct FastKernel<Op, Direct, R(Args...)> {
     routing::OpEntry& e = *info.entry;
     uint8_t route = e.route.load(std::memory_order_acquire);
     if (C10_UNLIKELY(route == routing::kRouteBySize)) {
-      route = route_by_size(e, args...);
+      route = route_of_sized_call(e, args...);
     }
     if (C10_UNLIKELY(route != routing::fast_route() || !info.usable)) {
       return c10::impl::BoxedKernelWrapper<R(Args...)>::call(

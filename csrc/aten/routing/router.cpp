@@ -80,10 +80,10 @@ std::string check_op(const std::string& canonical) {
          ": " + list;
 }
 
-std::string join_routes() {
+std::string join(const std::vector<std::string>& items) {
   std::string out;
-  for (const char* r : kRouteNames) {
-    out += (out.empty() ? "" : ", ") + std::string(r);
+  for (const auto& item : items) {
+    out += (out.empty() ? "" : ", ") + item;
   }
   return out;
 }
@@ -95,12 +95,15 @@ bool is_device_accelerator() {
 
 // ---- the registry of operator entries and configuration ----
 
+RuleInfo rule_info(const SizeRule& rule) {
+  return RuleInfo{rule.condition, route_name(static_cast<Route>(rule.route)), rule.where};
+}
+
 // What the table says of one operator: a plain route, size rules, or both.
 struct TableRoute {
   std::optional<Route> route;
-  std::string where; // file:line of the plain route
-  std::vector<SizeRule> rules;
-  std::shared_ptr<const SizeRules> compiled; // `rules` as calls read them
+  std::string where;                      // file:line of the plain route
+  std::shared_ptr<const SizeRules> rules; // null: none
 };
 
 struct Resolved {
@@ -150,7 +153,7 @@ struct State {
       return {
           t.route.value_or(default_route()),
           t.route ? Origin::Table : Origin::Default,
-          t.compiled.get()};
+          t.rules.get()};
     }
     return {default_route(), Origin::Default, nullptr};
   }
@@ -383,7 +386,12 @@ void run_cpu_fallback(const c10::OperatorHandle& op, OpEntry& e, torch::jit::Sta
 Route checked_route(const std::string& value, const std::string& what) {
   auto route = route_from_name(value);
   TORCH_CHECK(
-      route.has_value(), what, ": unknown route '", value, "'; valid routes: ", join_routes());
+      route.has_value(),
+      what,
+      ": unknown route '",
+      value,
+      "'; valid routes: ",
+      join(route_names()));
   const auto why = unavailable_reason(*route);
   TORCH_CHECK(why.empty(), what, ": ", why);
   return *route;
@@ -672,18 +680,16 @@ void set_python_route(PythonRoute route) {
   g_python_route.store(route, std::memory_order_release);
 }
 
-// The route of one call of an operator with size rules.
-static C10_NOINLINE uint8_t route_by_size(const OpEntry& e, const torch::jit::Stack& stack) {
-  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
-  const SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
-  return rules == nullptr ? plain : rules->choose(stack, plain);
+// The route of one call of an operator with size rules, measured on the argument stack.
+static C10_NOINLINE uint8_t route_of_sized_call(const OpEntry& e, const torch::jit::Stack& stack) {
+  return route_by_size(e, [&](const SizeRules& rules) { return rules.measure(stack); });
 }
 
 void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpEntry& e = lookup(op);
   uint8_t raw = e.route.load(std::memory_order_acquire);
   if (C10_UNLIKELY(raw == kRouteBySize)) {
-    raw = route_by_size(e, *stack);
+    raw = route_of_sized_call(e, *stack);
   }
   const auto r = static_cast<Route>(raw);
   const auto i = static_cast<size_t>(r);
@@ -758,41 +764,38 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
 
 namespace {
 
-struct ParsedTable {
-  std::unordered_map<std::string, TableRoute> routes;
-  std::vector<std::shared_ptr<const SizeRules>> compiled;
-};
+using Table = std::unordered_map<std::string, TableRoute>;
 
 // Reads a table into what the router keeps: per operator the last plain line and the rules
 // after it (a plain line states the whole route, so earlier rules go).
-ParsedTable read_table(const std::string& path) {
-  ParsedTable out;
+Table read_table(const std::string& path) {
+  std::unordered_map<std::string, std::vector<SizeRule>> rules;
+  Table out;
   for (const auto& e : parse_table(path, /*check_available=*/true)) {
     const Route route = *route_from_name(e.route);
-    TableRoute& t = out.routes[e.op];
     if (e.when) {
-      t.rules.push_back(make_size_rule(e, static_cast<uint8_t>(route)));
+      rules[e.op].push_back(make_size_rule(e, static_cast<uint8_t>(route)));
     } else {
-      t.route = route;
-      t.where = e.file + ":" + std::to_string(e.line);
-      t.rules.clear();
+      out[e.op].route = route;
+      out[e.op].where = e.file + ":" + std::to_string(e.line);
+      rules.erase(e.op);
     }
   }
-  for (auto& [name, t] : out.routes) {
-    if (!t.rules.empty()) {
-      const size_t num_args = find_op(name)->schema().arguments().size();
-      t.compiled = std::make_shared<const SizeRules>(num_args, t.rules);
-      out.compiled.push_back(t.compiled);
-    }
+  for (auto& [name, list] : rules) {
+    const size_t num_args = find_op(name)->schema().arguments().size();
+    out[name].rules = std::make_shared<const SizeRules>(num_args, std::move(list));
   }
   return out;
 }
 
 // Caller holds s.mu.
-void install_table(
-    State& s, ParsedTable&& table, const std::string& path, const std::string& origin) {
-  s.table = std::move(table.routes);
-  s.kept_rules.insert(s.kept_rules.end(), table.compiled.begin(), table.compiled.end());
+void install_table(State& s, Table&& table, const std::string& path, const std::string& origin) {
+  for (const auto& [name, t] : table) {
+    if (t.rules) { // calls on other threads may read a set after a reload replaced it
+      s.kept_rules.push_back(t.rules);
+    }
+  }
+  s.table = std::move(table);
   s.path = path;
   s.origin = origin;
   s.loaded = true;
@@ -803,7 +806,7 @@ void install_table(
 void load(const std::string& path, const std::string& origin) {
   register_direct_kernels();
   register_sparse_kernels();
-  ParsedTable table = read_table(path);
+  Table table = read_table(path);
 
   std::unordered_map<std::string, EnvRoute> env;
   uint32_t log = 0;
@@ -840,7 +843,7 @@ void load(const std::string& path, const std::string& origin) {
 }
 
 void load_table(const std::string& path, const std::string& origin) {
-  ParsedTable table = read_table(path); // errors leave the table in force untouched
+  Table table = read_table(path); // errors leave the table in force untouched
   auto& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   install_table(s, std::move(table), path, origin);
@@ -886,22 +889,13 @@ std::string route_for(
         "torch_fl.routing.get_route: unknown dtype '",
         *dtype,
         "'; valid dtypes: ",
-        [] {
-          std::string list;
-          for (const auto& n : rule_dtype_names()) {
-            list += (list.empty() ? "" : ", ") + n;
-          }
-          return list;
-        }());
+        join(rule_dtype_names()));
   }
   OpEntry& e = entry_by_name(op);
   const uint8_t raw = e.route.load(std::memory_order_acquire);
-  if (raw != kRouteBySize) {
-    return route_name(static_cast<Route>(raw));
-  }
-  const SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
-  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
-  return route_name(static_cast<Route>(rules == nullptr ? plain : rules->choose(size, plain)));
+  return route_name(
+      static_cast<Route>(
+          raw == kRouteBySize ? route_by_size(e, [&](const SizeRules&) { return size; }) : raw));
 }
 
 std::optional<std::string> get_override(const std::string& op) {
@@ -922,7 +916,7 @@ RouteInfo describe(const std::string& op) {
   info.route = route_name(static_cast<Route>(e.plain_route.load()));
   if (const SizeRules* rules = e.size_rules.load()) {
     for (const auto& r : rules->rules()) {
-      info.rules.push_back(RuleInfo{r.condition, route_name(static_cast<Route>(r.route)), r.where});
+      info.rules.push_back(rule_info(r));
     }
   }
   switch (static_cast<Origin>(e.origin.load())) {
@@ -954,9 +948,10 @@ TableInfo table_info() {
     if (r.route) {
       info.table[op] = route_name(*r.route);
     }
-    for (const auto& rule : r.rules) {
-      info.rules[op].push_back(
-          RuleInfo{rule.condition, route_name(static_cast<Route>(rule.route)), rule.where});
+    if (r.rules) {
+      for (const auto& rule : r.rules->rules()) {
+        info.rules[op].push_back(rule_info(rule));
+      }
     }
   }
   for (const auto& [op, r] : s.env) {

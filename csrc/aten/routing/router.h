@@ -72,6 +72,16 @@ struct FLAGOS_API OpEntry {
   bool python_kwnames_made = false;
 };
 
+// The route of one call of an operator whose OpEntry::route is kRouteBySize: its size rules'
+// choice for the call `measure(rules)` describes, or the plain route when a reload has just
+// dropped the rules. route_call, the fast kernels and route_for all choose through here.
+template <class Measure>
+uint8_t route_by_size(const OpEntry& e, Measure&& measure) {
+  const uint8_t plain = e.plain_route.load(std::memory_order_relaxed);
+  const SizeRules* rules = e.size_rules.load(std::memory_order_acquire);
+  return rules == nullptr ? plain : rules->choose(measure(*rules), plain);
+}
+
 // The flagos_python route, installed by the Python bindings (the core does not link Python).
 using PythonRoute = void (*)(OpEntry& entry, torch::jit::Stack* stack);
 FLAGOS_API void set_python_route(PythonRoute route);

@@ -68,9 +68,6 @@ class FLAGOS_API SizeRules {
 
   // The route of a call: the last rule it meets, else `plain`.
   uint8_t choose(const CallSize& size, uint8_t plain) const;
-  uint8_t choose(const torch::jit::Stack& stack, uint8_t plain) const {
-    return choose(measure(stack), plain);
-  }
   // Measures the call whose arguments are the top of `stack`.
   CallSize measure(const torch::jit::Stack& stack) const;
 
