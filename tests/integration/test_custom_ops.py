@@ -115,6 +115,10 @@ def test_outputs_are_flagos_memory():
     assert torch.flagos.memory_allocated() == before
 
 
+@pytest.mark.skipif(
+    not ops.AUTOCAST_REGISTERED,
+    reason="this torch's CustomOpDef.register_autocast accepts only cuda and cpu (torch 2.11)",
+)
 def test_autocast_runs_the_operator_in_float16():
     x = torch.randn(4, 4, device="flagos")
     with torch.autocast("flagos", dtype=torch.float16):

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import torch_fl
-from torch_fl import routing
+from torch_fl import flaggems, routing
 from torch_fl.flagos._device import on_cpu_accelerator
 from torch_fl.tools._verify._cases import VARIANTS, place
 
@@ -356,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         ops = [o for o in ops if o not in unrouted]
     zero_copy = "cpu_fallback" if on_cpu else "cuda"
     routes = _split(args.routes) or [zero_copy, "flagos_python"]
+    if "flagos_python" in routes and getattr(torch_fl.build_config, "BUILD_FLAGGEMS", False):
+        flaggems.install(
+            ops
+        )  # FlagGems for every swept operator, not only those the table sends it
     available = routing.available_routes()  # route -> why this build cannot run it ('' if it can)
     bad = {
         r: available.get(r, "unknown route") for r in routes if available.get(r, "unknown route")
