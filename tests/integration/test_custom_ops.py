@@ -30,7 +30,7 @@ ops = _load_example()  # registers fl_example::* once for this process
 # ---- the views ----
 
 
-def test_views_share_memory_and_layout_both_ways():
+def test_views_share_memory_and_layout_both_ways(two_devices):
     x = torch.arange(24.0, device="flagos:1").view(4, 6)[:, 1:5].t()
     native = torch_fl.native_view(x)
     assert native.device.type == torch_fl._C._native_device_type()
