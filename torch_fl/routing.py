@@ -35,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from torch_fl import _C
 
@@ -49,6 +50,7 @@ __all__ = [
     "fast_operators",
     "get_route",
     "load_table",
+    "measure_call",
     "overrides",
     "python_kernels",
     "reaches_router",
@@ -119,6 +121,24 @@ def get_route(op: str, numel: int | None = None, dtype: torch.dtype | str | None
     if isinstance(dtype, torch.dtype):
         dtype = str(dtype).removeprefix("torch.")
     return _C._routing_route_for(op, 0 if numel is None else int(numel), dtype)
+
+
+def measure_call(args: tuple = (), kwargs: dict | None = None) -> tuple[int, str | None]:
+    """What a size rule measures on a call with these arguments (the router's CallSize,
+    csrc/aten/routing/size_rules.h): the element count of the largest tensor argument, and the
+    dtype name of the first floating-point or complex tensor argument, else of the first tensor
+    argument (None without tensors). Tensors inside lists count. `get_route(op, *measure)` is
+    then the route such a call takes."""
+    numel, dtype = 0, None
+    floating = False
+    for value in tree_leaves((args, kwargs or {})):
+        if not isinstance(value, torch.Tensor):
+            continue
+        numel = max(numel, value.numel())
+        is_floating = value.is_floating_point() or value.is_complex()
+        if not floating and (dtype is None or is_floating):
+            dtype, floating = value.dtype, is_floating
+    return numel, None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def route_rules(op: str) -> list[tuple[str, str, str]]:

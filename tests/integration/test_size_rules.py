@@ -157,11 +157,22 @@ def test_calls_take_the_route_of_their_size(table, python_kernel):
     assert routing.route_origin("relu") == f"table {path}:2"
 
 
-@pytest.mark.parametrize("op", ["relu", "sin"])
-def test_fast_and_boxed_operators_choose_alike(table, python_kernel, op):
-    """relu has an unboxed fast kernel that measures its arguments itself; sin reaches the
-    boxed router, which measures the stack."""
-    assert (f"aten::{op}" in routing.fast_operators()) == (op == "relu")
+def boxed_unary() -> str:
+    """A unary operator that reaches the boxed router on this build (no fast kernel, no flagos
+    kernel of its own)."""
+    fast = routing.fast_operators()
+    for op in ("sin", "cos", "erf", "expm1", "log1p", "atan"):
+        if f"aten::{op}" not in fast and routing.reaches_router(op):
+            return op
+    raise AssertionError(f"every candidate has a fast kernel here: {fast}")
+
+
+@pytest.mark.parametrize("kind", ["fast", "boxed"])
+def test_fast_and_boxed_operators_choose_alike(table, python_kernel, kind):
+    """relu has an unboxed fast kernel that measures its arguments itself; a boxed operator
+    reaches the router, which measures the stack."""
+    op = "relu" if kind == "fast" else boxed_unary()
+    assert (f"aten::{op}" in routing.fast_operators()) == (kind == "fast")
     fn = getattr(torch, op)
     kernel = python_kernel(op, fn)
     table(f"{op} [numel >= 100, numel <= 200] = flagos_python\n")
@@ -225,6 +236,52 @@ def test_numel_is_the_largest_tensor_argument(table, python_kernel):
     assert torch.equal(f_big[rows.to("flagos")].cpu(), big[rows])  # Tensor?[]: self counts
     assert torch.equal(f_small[rows.to("flagos")].cpu(), small[rows])
     assert len(index.calls) == 1
+
+
+def aten(op: str) -> torch._ops.OpOverload:
+    name, _, overload = op.partition(".")
+    return getattr(getattr(torch.ops.aten, name), overload or "default")
+
+
+def test_measure_call_is_what_the_router_measures(table, python_kernel):
+    """routing.measure_call mirrors the router's measure (verify_routes writes its dtype
+    conditions from it): each call below meets its rule exactly when get_route says so."""
+    f = lambda *shape, dtype=torch.float32: torch.ones(*shape, dtype=dtype, device="flagos")  # noqa: E731
+    calls = [
+        ("add.Tensor", (f(8), f(8, 8)), {}),  # broadcast: the larger counts
+        ("add.Tensor", (f(3, dtype=torch.float64), torch.tensor(2.0)), {}),  # 0-dim CPU joins
+        ("cat", ([f(4, dtype=torch.float16), f(70, dtype=torch.float16)],), {}),
+        ("where.self", (f(3, dtype=torch.bool), f(3, dtype=torch.float64), f(3)), {}),
+        ("index.Tensor", (f(8, 8), [torch.tensor([0, 2], device="flagos")]), {}),
+        ("bitwise_and.Tensor", (f(80, dtype=torch.int32), f(80, dtype=torch.int32)), {}),
+    ]
+    want = {
+        0: (64, "float32"),
+        1: (3, "float64"),
+        2: (70, "float16"),
+        3: (3, "float64"),
+        4: (64, "float32"),
+        5: (80, "int32"),
+    }
+    assert {i: routing.measure_call(a, k) for i, (_, a, k) in enumerate(calls)} == want
+    kernels = {op: python_kernel(op, aten(op)) for op, _, _ in calls}
+    table(
+        """
+        add.Tensor [numel >= 64, dtype = float32] = flagos_python
+        add.Tensor [dtype = float64] = flagos_python
+        cat [numel >= 70, dtype = float16] = flagos_python
+        where.self [dtype = float64] = flagos_python
+        index.Tensor [numel >= 64] = flagos_python
+        bitwise_and.Tensor [numel > 79, dtype = int32] = flagos_python
+        """
+    )
+    for op, args, kwargs in calls:
+        before = len(kernels[op].calls)
+        expected = routing.get_route(op, *routing.measure_call(args, kwargs))
+        aten(op)(*args, **kwargs)
+        took = "flagos_python" if len(kernels[op].calls) > before else NATIVE
+        assert took == expected == "flagos_python", op
+    assert routing.get_route("add.Tensor", *routing.measure_call((f(8), f(8)))) == NATIVE
 
 
 def test_a_plain_line_drops_earlier_rules(table, tmp_path):

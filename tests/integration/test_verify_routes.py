@@ -46,10 +46,12 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
 def test_conf_routes_matching_operators_only(first_run) -> None:
     tmp, _ = first_run
     text = (tmp / "backends_flaggems.conf").read_text()
-    routed = sorted(
-        line.split(" = ")[0] for line in text.splitlines() if line.endswith("= flagos_python")
-    )
-    assert routed == ["add.Tensor", "add.out", "relu"]
+    routed = [line for line in text.splitlines() if line.endswith("= flagos_python")]
+    # Each routes the dtypes its cases covered (--dtypes float32,bfloat16), no other.
+    assert routed == [
+        f"{op} [dtype = bfloat16|float32] = flagos_python"
+        for op in ("add.Tensor", "add.out", "relu")
+    ]
 
 
 def test_conf_header_gives_provenance_and_reasons(first_run) -> None:
@@ -70,8 +72,9 @@ def test_conf_is_a_valid_table(first_run) -> None:
     from torch_fl import routing
 
     tmp, _ = first_run
-    lines = routing.parse_table(tmp / "backends_flaggems.conf")
+    lines = routing.parse_table(tmp / "backends_flaggems.conf", check_available=False)
     assert {op for op, route, *_ in lines} == {"aten::add.Tensor", "aten::add.out", "aten::relu"}
+    assert {condition for *_, condition in lines} == {"dtype = bfloat16|float32"}
 
 
 def test_json_report(first_run) -> None:
@@ -80,6 +83,7 @@ def test_json_report(first_run) -> None:
     results = report["results"]
     assert results["aten::add.Tensor"]["decision"] == "flagos_python"
     assert results["aten::add.Tensor"]["cases"] >= 5
+    assert results["aten::add.Tensor"]["dtypes"] == ["bfloat16", "float32"]
     assert set(results["aten::add.Tensor"]["timing"]) == {"ref_us", "flagos_python_us", "case"}
     assert results["aten::sub.Tensor"]["category"] == "mismatch"
     assert report["reference_route"] == "cpu_fallback" and report["pending"] == []
@@ -95,7 +99,23 @@ def test_resume_keeps_results_and_marks_a_crashed_operator(tmp_path: Path, first
     assert "add.Tensor:" not in result.stdout  # not verified again
     text = (tmp_path / "backends_flaggems.conf").read_text()
     assert "mul.Tensor" in text and "crashed: the process died" in text
-    assert "add.Tensor = flagos_python" in text
+    assert "add.Tensor [dtype = bfloat16|float32] = flagos_python" in text
+
+
+def test_resume_verifies_again_a_result_without_dtypes(tmp_path: Path, first_run) -> None:
+    """A state file from before results named their dtypes would route every dtype."""
+    tmp, _ = first_run
+    records = [json.loads(line) for line in (tmp / "state.jsonl").read_text().splitlines()]
+    for record in records:
+        if record["op"] == "aten::relu" and "decision" in record:
+            del record["dtypes"]
+    (tmp_path / "state.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = tool(tmp_path, "--ops", OPS, "--resume")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "relu: routed" in result.stdout and "add.Tensor:" not in result.stdout
+    text = (tmp_path / "backends_flaggems.conf").read_text()
+    assert "relu [dtype = bfloat16|float32] = flagos_python" in text
+    assert "crashed" not in text
 
 
 def test_time_budget_leaves_operators_pending(tmp_path: Path) -> None:

@@ -159,7 +159,14 @@ def _verify_one(
         )
         return {"decision": ref_route, "category": "slower", "detail": detail, **base}
     detail = f"matched {verdict.cases} cases; {py_us:.1f} us vs {ref_us:.1f} us per call"
-    return {"decision": "flagos_python", "category": "routed", "detail": detail, **base}
+    dtypes = _conf.dtype_order(verdict.dtypes)
+    return {
+        "decision": "flagos_python",
+        "category": "routed",
+        "detail": detail,
+        "dtypes": dtypes,
+        **base,
+    }
 
 
 def _flat_tensors(made: tuple[tuple, dict]) -> list[torch.Tensor]:

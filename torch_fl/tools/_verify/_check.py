@@ -29,6 +29,9 @@ class Verdict:
     cases: int = 0
     skipped: int = 0  # cases the reference route itself rejects
     failure: str = ""  # "<case>: <what differs>"
+    # The dtypes the router measures (routing.measure_call) on the cases compared: the
+    # table routes only these, so an unverified dtype (float64, say) keeps the reference route.
+    dtypes: set[str] = dataclasses.field(default_factory=set)
     ref_us: float = 0.0
     python_us: float = 0.0
     timed_case: str = ""
@@ -71,13 +74,16 @@ def _differs(got: Any, want: Any) -> str:
 def compare(op: str, overload: Callable, cases: list[Case], ref_route: str) -> Verdict:
     verdict = Verdict(matched=True)
     for case in cases:
+        made = case.make()
         try:
             with routing.route(op, ref_route):
-                want = _results(overload, *case.make())
+                want = _results(overload, *made)
         except Exception:
             verdict.skipped += 1  # the reference rejects this input: not a FlagGems case
             continue
         verdict.cases += 1
+        if (dtype := routing.measure_call(*made)[1]) is not None:
+            verdict.dtypes.add(dtype)
         try:
             with routing.route(op, "flagos_python"):
                 got = _results(overload, *case.make())

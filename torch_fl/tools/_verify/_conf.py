@@ -1,6 +1,7 @@
 """The routing table verify_routes writes: a header saying how it was made and why each
-FlagGems operator not routed to it stays on the reference route, then one
-`<op> = flagos_python` line per operator that matched and was not slower."""
+FlagGems operator not routed to it stays on the reference route, then one line per operator
+that matched and was not slower: `<op> [dtype = <verified dtypes>] = flagos_python`, so calls
+in a dtype no case covered (float64, say) keep the reference route."""
 
 from __future__ import annotations
 
@@ -11,12 +12,34 @@ from typing import Any
 
 GRAMMAR = (
     "# Grammar (docs/routing.md): <op>.<overload> = <route> | "
-    "<op>.<overload> [<conditions>] = <route> | include <file> | # comment; later lines win."
+    "<op>.<overload> [<conditions>] = <route> | include <file> | # comment; later lines win.\n"
+    "# A [dtype = ...] line routes the dtypes verified; calls in any other keep the default route."
 )
 
 
 def short(op: str) -> str:
     return op.removeprefix("aten::")
+
+
+# Dtype names in the order rules list them (the router's order, csrc/aten/routing/size_rules.cpp).
+_DTYPE_ORDER = [
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+]  # fmt: skip
+
+
+def dtype_order(dtypes: set[str]) -> list[str]:
+    rank = {name: i for i, name in enumerate(_DTYPE_ORDER)}
+    return sorted(dtypes, key=lambda d: (rank.get(d, len(rank)), d))
+
+
+def routed_line(op: str, result: Mapping[str, Any]) -> str:
+    """The table line of an operator routed to flagos_python. Its verified calls had no tensor
+    argument when `dtypes` is empty: the router measures no dtype on such calls, so the line
+    routes them all."""
+    dtypes = result.get("dtypes") or []
+    condition = f" [dtype = {'|'.join(dtypes)}]" if dtypes else ""
+    return f"{short(op)}{condition} = flagos_python"
 
 
 def render(
@@ -45,7 +68,7 @@ def render(
     for op in sorted(pending):
         lines.append(f"#   {short(op):<{width}}  not-verified: the run's time budget ran out")
     lines += ["#", GRAMMAR, ""]
-    lines += [f"{short(op)} = flagos_python" for op in routed]
+    lines += [routed_line(op, results[op]) for op in routed]
     return "\n".join(lines) + "\n"
 
 
