@@ -49,10 +49,16 @@ def test_attention_gradients_under_a_dispatch_mode(causal):
     with mode:
         out = F.scaled_dot_product_attention(*flagos, is_causal=causal)
         assert out.grad_fn is not None
+        forward = list(mode.ops)
         out.square().sum().backward()
     F.scaled_dot_product_attention(*cpu, is_causal=causal).square().sum().backward()
     assert mode.devices == {"flagos"}
-    assert any("attention" in op and "backward" in op for op in mode.ops)
+    backward = mode.ops[len(forward) :]
+    assert backward, "the backward did not pass through the mode"
+    # A fused kernel (CPU's flash for float64) has a fused backward; where the native device
+    # picks the math path (CUDA for float64), both directions decompose into plain operators.
+    if any("attention" in op for op in forward):
+        assert any("attention" in op and "backward" in op for op in backward), backward
     for c, f in zip(cpu, flagos, strict=True):
         assert f.grad.abs().sum() > 0
         torch.testing.assert_close(f.grad.cpu(), c.grad)
