@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_python
 
 FAKE = REPO_ROOT / "tests" / "fixtures" / "fake_flag_gems"
 OPS = "add.Tensor,add.out,sub.Tensor,neg,transpose.int,pad,sqrt,relu"
@@ -124,3 +124,37 @@ def test_time_budget_leaves_operators_pending(tmp_path: Path) -> None:
     text = (tmp_path / "backends_flaggems.conf").read_text()
     assert "not-verified: the run's time budget ran out" in text
     assert "= flagos_python" not in text
+
+
+def test_unverified_dtypes_keep_the_reference_route(tmp_path: Path) -> None:
+    """The fake's exp computes in float32: verified in float32 and bfloat16 it is routed for
+    those dtypes only, so float64 calls (a gradcheck) keep the exact reference route; a line
+    routing every dtype would hand them to the float32 kernel and fail the gradcheck."""
+    result = tool(tmp_path, "--ops", "exp")
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf = tmp_path / "backends_flaggems.conf"
+    assert "exp [dtype = bfloat16|float32] = flagos_python" in conf.read_text()
+    check = run_python(
+        f"""
+import torch, torch_fl
+from torch.autograd.gradcheck import GradcheckError
+from torch_fl import flaggems, routing
+routing.load_table({str(conf)!r})
+assert flaggems.install(flaggems.routed_to_python()) == ["aten::exp"]
+x = torch.randn(3, 4, dtype=torch.float64, device="flagos", requires_grad=True)
+routing.reset_stats()
+assert torch.autograd.gradcheck(torch.exp, (x,))
+torch.exp(torch.randn(4, device="flagos"))
+stats = routing.stats()["aten::exp"]
+assert set(stats) == {{routing.default_route(), "flagos_python"}}, stats
+assert stats["flagos_python"] == 1, stats
+routing.set_route("exp", "flagos_python")  # every dtype, as a plain line would route
+try:
+    torch.autograd.gradcheck(torch.exp, (x,))
+except GradcheckError:
+    print("float32 arithmetic fails the float64 gradcheck")
+""",
+        env={"PYTHONPATH": f"{REPO_ROOT}:{FAKE}", "GEMS_VENDOR": None},
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "float32 arithmetic fails the float64 gradcheck" in check.stdout
