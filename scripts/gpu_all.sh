@@ -11,7 +11,8 @@
 # Usage (repo root): bash scripts/gpu_all.sh     TOTAL=seconds (default 570) bounds phase 3;
 # PHASE3 picks its benchmarks (default "dispatch transformer e2e profile compile"; also "gems",
 # the FlagGems route overhead, "comm", the all_reduce bandwidth, and "routecost", the parts of
-# a routed call); E2E_ARGS replaces the
+# a routed call); EXTRA_SUITES adds pytest paths to phase 2's suites (SUITES_TIMEOUT, default
+# 280 s, bounds them); E2E_ARGS replaces the
 # end-to-end benchmark's arguments, GEMS_ARGS the FlagGems route overhead's.
 # Needs the carried wheels in .whl/ (docs/installation/flaggems.md).
 export PYTHONUNBUFFERED=1
@@ -31,10 +32,12 @@ FLAGOS_ACCELERATOR=cuda FLAGOS_BUILD_FLAGGEMS=1 MAX_JOBS=16 timeout 240 python3 
   --no-build-isolation --no-deps -e . >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; pack; exit 1; }
 
 # ---- phase 2
-SKIP_BUILD=1 timeout 280 bash scripts/gpu_check.sh tests/integration/test_attention.py \
-  tests/integration/test_fast_path.py tests/integration/test_comm_native_bridge.py \
-  tests/integration/test_comm_gpu.py tests/integration/test_comm_backend.py \
-  tests/integration/test_tied_parameters.py \
+# shellcheck disable=SC2086 # EXTRA_SUITES is a list of paths
+SKIP_BUILD=1 timeout ${SUITES_TIMEOUT:-280} bash scripts/gpu_check.sh \
+  tests/integration/test_attention.py tests/integration/test_fast_path.py \
+  tests/integration/test_comm_native_bridge.py tests/integration/test_comm_gpu.py \
+  tests/integration/test_comm_backend.py tests/integration/test_tied_parameters.py \
+  ${EXTRA_SUITES:-} \
   >"$OUT/suites.log" 2>&1 &
 suites=$!
 mkdir -p "$OUT/gems"
