@@ -178,7 +178,7 @@ def test_fast_and_boxed_operators_choose_alike(table, python_kernel, kind):
     table(f"{op} [numel >= 100, numel <= 200] = flagos_python\n")
     for n in (99, 100, 200, 201):
         x = torch.randn(n)
-        assert torch.equal(fn(x.to("flagos")).cpu(), fn(x))
+        torch.testing.assert_close(fn(x.to("flagos")).cpu(), fn(x))  # GPU sin: last bits differ
     assert [n for n, _ in kernel.calls] == [100, 200]
 
 
