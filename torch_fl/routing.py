@@ -127,8 +127,9 @@ def measure_call(args: tuple = (), kwargs: dict | None = None) -> tuple[int, str
     """What a size rule measures on a call with these arguments (the router's CallSize,
     csrc/aten/routing/size_rules.h): the element count of the largest tensor argument, and the
     dtype name of the first floating-point or complex tensor argument, else of the first tensor
-    argument (None without tensors). Tensors inside lists count. `get_route(op, *measure)` is
-    then the route such a call takes."""
+    argument (None without tensors; Python numbers are not tensors here, as the router ignores
+    the 0-dim tensors torch wraps them in). Tensors inside lists count. `get_route(op,
+    *measure)` is then the route such a call takes."""
     numel, dtype = 0, None
     floating = False
     for value in tree_leaves((args, kwargs or {})):

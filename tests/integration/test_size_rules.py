@@ -254,6 +254,8 @@ def test_measure_call_is_what_the_router_measures(table, python_kernel):
         ("where.self", (f(3, dtype=torch.bool), f(3, dtype=torch.float64), f(3)), {}),
         ("index.Tensor", (f(8, 8), [torch.tensor([0, 2], device="flagos")]), {}),
         ("bitwise_and.Tensor", (f(80, dtype=torch.int32), f(80, dtype=torch.int32)), {}),
+        # 0.5 reaches the router as a wrapped float64 number, which sets no dtype.
+        ("mul.Tensor", (f(5, dtype=torch.int64), 0.5), {}),
     ]
     want = {
         0: (64, "float32"),
@@ -262,6 +264,7 @@ def test_measure_call_is_what_the_router_measures(table, python_kernel):
         3: (3, "float64"),
         4: (64, "float32"),
         5: (80, "int32"),
+        6: (5, "int64"),
     }
     assert {i: routing.measure_call(a, k) for i, (_, a, k) in enumerate(calls)} == want
     kernels = {op: python_kernel(op, aten(op)) for op, _, _ in calls}
@@ -273,6 +276,7 @@ def test_measure_call_is_what_the_router_measures(table, python_kernel):
         where.self [dtype = float64] = flagos_python
         index.Tensor [numel >= 64] = flagos_python
         bitwise_and.Tensor [numel > 79, dtype = int32] = flagos_python
+        mul.Tensor [dtype = int64] = flagos_python
         """
     )
     for op, args, kwargs in calls:

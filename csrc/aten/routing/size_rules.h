@@ -12,6 +12,9 @@
 //   numel: the element count of its largest tensor argument (a list's tensors count one by one);
 //   dtype: the dtype of its first floating-point (or complex) tensor argument, else of its first
 //          tensor argument (so where(cond, a, b) measures a's dtype, not cond's bool).
+// A Python number passed where a tensor is expected (`x * 0.5`: a 0-dim "wrapped number",
+// always float64 or int64) counts one element and no dtype: it never sets the computation's
+// dtype, which is x's or the default floating type.
 // A call without tensor arguments measures numel 0 and meets no dtype condition.
 
 #include "aten/routing/conf_parser.h"
@@ -38,7 +41,7 @@ struct CallSize {
       return;
     }
     numel = std::max<int64_t>(numel, t.numel());
-    if (!dtype_is_floating) {
+    if (!dtype_is_floating && !t.unsafeGetTensorImpl()->is_wrapped_number()) {
       const c10::ScalarType type = t.scalar_type();
       const bool floating = c10::isFloatingType(type) || c10::isComplexType(type);
       if (!dtype || floating) {
