@@ -5,6 +5,7 @@
 #include "aten/alias.h"
 #include "aten/aliased_call.h"
 #include "aten/routing/router.h"
+#include "aten/routing/size_rules.h"
 #include "python/parked_aliases.h"
 #include "runtime/accelerator.h"
 
@@ -324,6 +325,7 @@ void init_routing_bindings(py::module_& m) {
   m.def("_routing_set_force_copy_fallback", &routing::set_force_copy_fallback);
   m.def("_routing_force_copy_fallback", &routing::force_copy_fallback);
   m.def("_routing_route_names", &routing::route_names);
+  m.def("_routing_rule_dtypes", &routing::rule_dtype_names);
   m.def("_routing_default_route", [] {
     return std::string(routing::route_name(routing::default_route()));
   });

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from torch_fl import _C
+
 GRAMMAR = (
     "# Grammar (docs/routing.md): <op>.<overload> = <route> | "
     "<op>.<overload> [<conditions>] = <route> | include <file> | # comment; later lines win.\n"
@@ -21,15 +23,9 @@ def short(op: str) -> str:
     return op.removeprefix("aten::")
 
 
-# Dtype names in the order rules list them (the router's order, csrc/aten/routing/size_rules.cpp).
-_DTYPE_ORDER = [
-    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-]  # fmt: skip
-
-
 def dtype_order(dtypes: set[str]) -> list[str]:
-    rank = {name: i for i, name in enumerate(_DTYPE_ORDER)}
+    """In the order the router knows dtypes (its error messages list them so too)."""
+    rank = {name: i for i, name in enumerate(_C._routing_rule_dtypes())}
     return sorted(dtypes, key=lambda d: (rank.get(d, len(rank)), d))
 
 
