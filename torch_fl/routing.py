@@ -124,22 +124,14 @@ def get_route(op: str, numel: int | None = None, dtype: torch.dtype | str | None
 
 
 def measure_call(args: tuple = (), kwargs: dict | None = None) -> tuple[int, str | None]:
-    """What a size rule measures on a call with these arguments (the router's CallSize,
+    """What a size rule measures on a call with these arguments (the router's own CallSize,
     csrc/aten/routing/size_rules.h): the element count of the largest tensor argument, and the
     dtype name of the first floating-point or complex tensor argument, else of the first tensor
     argument (None without tensors; Python numbers are not tensors here, as the router ignores
     the 0-dim tensors torch wraps them in). Tensors inside lists count. `get_route(op,
     *measure)` is then the route such a call takes."""
-    numel, dtype = 0, None
-    floating = False
-    for value in tree_leaves((args, kwargs or {})):
-        if not isinstance(value, torch.Tensor):
-            continue
-        numel = max(numel, value.numel())
-        is_floating = value.is_floating_point() or value.is_complex()
-        if not floating and (dtype is None or is_floating):
-            dtype, floating = value.dtype, is_floating
-    return numel, None if dtype is None else str(dtype).removeprefix("torch.")
+    tensors = [v for v in tree_leaves((args, kwargs or {})) if isinstance(v, torch.Tensor)]
+    return _C._routing_measure(tensors)
 
 
 def route_rules(op: str) -> list[tuple[str, str, str]]:

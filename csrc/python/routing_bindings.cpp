@@ -326,6 +326,15 @@ void init_routing_bindings(py::module_& m) {
   m.def("_routing_force_copy_fallback", &routing::force_copy_fallback);
   m.def("_routing_route_names", &routing::route_names);
   m.def("_routing_rule_dtypes", &routing::rule_dtype_names);
+  // What size rules measure on a call whose tensor arguments are `tensors`, in order.
+  m.def("_routing_measure", [](const std::vector<at::Tensor>& tensors) {
+    routing::CallSize size;
+    for (const auto& t : tensors) {
+      size.see(t);
+    }
+    const auto dtype = size.dtype ? routing::rule_dtype_name(*size.dtype) : std::nullopt;
+    return std::make_pair(size.numel, dtype);
+  });
   m.def("_routing_default_route", [] {
     return std::string(routing::route_name(routing::default_route()));
   });

@@ -111,4 +111,13 @@ std::optional<c10::ScalarType> rule_dtype(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<std::string> rule_dtype_name(c10::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) {
+      return std::string(d.name);
+    }
+  }
+  return std::nullopt;
+}
+
 } // namespace torch_fl::routing

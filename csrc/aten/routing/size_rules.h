@@ -89,5 +89,6 @@ FLAGOS_API SizeRule make_size_rule(const conf::Entry& entry, uint8_t route);
 // The dtype names a condition may use, as torch spells them (torch.float16 -> "float16").
 FLAGOS_API std::vector<std::string> rule_dtype_names();
 FLAGOS_API std::optional<c10::ScalarType> rule_dtype(const std::string& name);
+FLAGOS_API std::optional<std::string> rule_dtype_name(c10::ScalarType type);
 
 } // namespace torch_fl::routing
