@@ -357,13 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     zero_copy = "cpu_fallback" if on_cpu else "cuda"
     routes = _split(args.routes) or [zero_copy, "flagos_python"]
     if "flagos_python" in routes and getattr(torch_fl.build_config, "BUILD_FLAGGEMS", False):
-        flaggems.install(
-            ops
-        )  # FlagGems for every swept operator, not only those the table sends it
+        # FlagGems for every swept operator, not only those the table sends it.
+        flaggems.install(ops)
     available = routing.available_routes()  # route -> why this build cannot run it ('' if it can)
-    bad = {
-        r: available.get(r, "unknown route") for r in routes if available.get(r, "unknown route")
-    }
+    unavailable = {r: available.get(r, "unknown route") for r in routes}
+    bad = {r: why for r, why in unavailable.items() if why}
     if bad or len(routes) < 2:
         why = "; ".join(f"{r}: {w}" for r, w in bad.items()) or "name at least two routes"
         print(f"route_sweep: --routes {','.join(routes)}: {why}", file=sys.stderr)
