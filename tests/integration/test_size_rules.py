@@ -14,7 +14,7 @@ import torch
 
 import torch_fl
 from tests.conftest import run_python
-from torch_fl import routing
+from torch_fl import flaggems, routing
 
 # The zero-copy route of this build: what calls take when no rule sends them elsewhere.
 NATIVE = "cpu_fallback" if torch_fl.build_config.ACCELERATOR == "cpu" else "cuda"
@@ -238,11 +238,6 @@ def test_numel_is_the_largest_tensor_argument(table, python_kernel):
     assert len(index.calls) == 1
 
 
-def aten(op: str) -> torch._ops.OpOverload:
-    name, _, overload = op.partition(".")
-    return getattr(getattr(torch.ops.aten, name), overload or "default")
-
-
 def test_measure_call_is_what_the_router_measures(table, python_kernel):
     """routing.measure_call mirrors the router's measure (verify_routes writes its dtype
     conditions from it): each call below meets its rule exactly when get_route says so."""
@@ -267,7 +262,7 @@ def test_measure_call_is_what_the_router_measures(table, python_kernel):
         6: (5, "int64"),
     }
     assert {i: routing.measure_call(a, k) for i, (_, a, k) in enumerate(calls)} == want
-    kernels = {op: python_kernel(op, aten(op)) for op, _, _ in calls}
+    kernels = {op: python_kernel(op, flaggems.aten_overload(op)) for op, _, _ in calls}
     table(
         """
         add.Tensor [numel >= 64, dtype = float32] = flagos_python
@@ -282,7 +277,7 @@ def test_measure_call_is_what_the_router_measures(table, python_kernel):
     for op, args, kwargs in calls:
         before = len(kernels[op].calls)
         expected = routing.get_route(op, *routing.measure_call(args, kwargs))
-        aten(op)(*args, **kwargs)
+        flaggems.aten_overload(op)(*args, **kwargs)
         took = "flagos_python" if len(kernels[op].calls) > before else NATIVE
         assert took == expected == "flagos_python", op
     assert routing.get_route("add.Tensor", *routing.measure_call((f(8), f(8)))) == NATIVE
