@@ -43,7 +43,8 @@ bool detail::is_current_device_slow(c10::DeviceIndex index) {
   if (only_device_zero()) {
     return true;
   }
-  return accelerator().guard().getDevice().index() == index;
+  static const c10::impl::DeviceGuardImplInterface& guard = accelerator().guard();
+  return guard.getDevice().index() == index;
 }
 
 void detail::switch_device(c10::OptionalDeviceGuard& guard, c10::DeviceIndex index) {

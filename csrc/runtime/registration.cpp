@@ -13,8 +13,10 @@ namespace {
 
 // The registry wants a type; this one forwards to the accelerator's guard.
 struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  const c10::impl::DeviceGuardImplInterface& impl() const {
-    return accelerator().guard();
+  // Resolved once: the autograd engine calls the guard several times per backward node.
+  static const c10::impl::DeviceGuardImplInterface& impl() {
+    static const c10::impl::DeviceGuardImplInterface& guard = accelerator().guard();
+    return guard;
   }
   c10::DeviceType type() const override {
     return c10::DeviceType::PrivateUse1;

@@ -19,7 +19,6 @@ namespace torch_fl {
 namespace {
 
 constexpr c10::DeviceIndex kDefaultDeviceCount = 2;
-constexpr int kMaxDeviceCount = 64;
 
 // FLAGOS_CPU_DEVICE_COUNT, read once. A bad value leaves a configuration error for the Python
 // import to raise (nothing may throw during library load) and zero devices.
@@ -30,10 +29,10 @@ c10::DeviceIndex read_device_count() {
   }
   char* end = nullptr;
   const long value = std::strtol(raw, &end, 10);
-  if (*end != '\0' || value < 1 || value > kMaxDeviceCount) {
+  if (*end != '\0' || value < 1 || value > cpu::kMaxCpuDevices) {
     set_config_error(
         std::string("FLAGOS_CPU_DEVICE_COUNT=") + raw +
-        " is invalid: use a whole number from 1 to " + std::to_string(kMaxDeviceCount) +
+        " is invalid: use a whole number from 1 to " + std::to_string(cpu::kMaxCpuDevices) +
         " (the default is " + std::to_string(kDefaultDeviceCount) + ")");
     return 0;
   }

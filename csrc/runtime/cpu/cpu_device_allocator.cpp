@@ -110,7 +110,9 @@ CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
 CpuDeviceAllocator::~CpuDeviceAllocator() = default; // process exit: leave blocks to the OS
 
 CpuDeviceAllocator::DeviceState& CpuDeviceAllocator::state(c10::DeviceIndex device) const {
-  check_device_index(device);
+  if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= devices_.size())) {
+    check_device_index(device); // raises the error naming the valid range
+  }
   return *devices_[device];
 }
 

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <vector>
 
 namespace torch_fl::cpu {
 namespace {
@@ -24,13 +23,10 @@ struct CpuEvent {
 
 thread_local c10::DeviceIndex current_device = 0;
 
-std::vector<c10::StreamId>& current_streams(size_t count) {
-  thread_local std::vector<c10::StreamId> streams;
-  if (streams.size() < count) {
-    streams.resize(count, kDefaultStream);
-  }
-  return streams;
-}
+// This thread's current stream per device; zero is the default stream. Plain data, so reading
+// it needs no initialisation guard (the autograd engine asks once or twice per backward node).
+static_assert(kDefaultStream == 0);
+thread_local c10::StreamId current_streams[kMaxCpuDevices]{};
 
 std::atomic<c10::StreamId> next_new_stream{kFirstNewStream};
 std::atomic<uint32_t> next_pool_stream{0};
@@ -48,6 +44,17 @@ c10::DeviceType CpuGuardImpl::type() const {
 }
 
 c10::DeviceIndex CpuGuardImpl::checked_index(c10::Device device) const {
+  // The autograd engine asks the guard several times per backward node: the valid case stays
+  // in line, without a call.
+  const auto index = device.index();
+  if (C10_LIKELY(
+          device.type() == c10::DeviceType::PrivateUse1 && index >= 0 && index < device_count_)) {
+    return index;
+  }
+  return checked_index_slow(device);
+}
+
+c10::DeviceIndex CpuGuardImpl::checked_index_slow(c10::Device device) const {
   TORCH_CHECK(
       device.type() == c10::DeviceType::PrivateUse1,
       "flagos device guard got a ",
@@ -86,7 +93,7 @@ c10::Stream CpuGuardImpl::getStream(c10::Device device) const {
   return c10::Stream(
       c10::Stream::UNSAFE,
       c10::Device(c10::DeviceType::PrivateUse1, index),
-      current_streams(device_count_)[index]);
+      current_streams[index]);
 }
 
 c10::Stream CpuGuardImpl::getDefaultStream(c10::Device device) const {
@@ -113,9 +120,8 @@ c10::Stream CpuGuardImpl::getNewStream(c10::Device device, int) const {
 
 c10::Stream CpuGuardImpl::exchangeStream(c10::Stream stream) const {
   const auto index = checked_index(stream.device());
-  auto& streams = current_streams(device_count_);
-  const auto previous = streams[index];
-  streams[index] = stream.id();
+  const auto previous = current_streams[index];
+  current_streams[index] = stream.id();
   return c10::Stream(
       c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index), previous);
 }

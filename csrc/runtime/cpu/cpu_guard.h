@@ -11,6 +11,9 @@
 
 namespace torch_fl::cpu {
 
+// FLAGOS_CPU_DEVICE_COUNT's upper bound.
+constexpr int kMaxCpuDevices = 64;
+
 class CpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
   explicit CpuGuardImpl(c10::DeviceIndex device_count);
@@ -42,6 +45,7 @@ class CpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
  private:
   c10::DeviceIndex checked_index(c10::Device device) const;
+  C10_NOINLINE c10::DeviceIndex checked_index_slow(c10::Device device) const;
   c10::DeviceIndex device_count_;
 };
 
