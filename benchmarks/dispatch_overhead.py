@@ -6,11 +6,20 @@ of results), so the ratio is the router's cost against calling the target kernel
 the cuda accelerator the native device is cuda.
 
     python benchmarks/dispatch_overhead.py [--reps 200] [--calls 50] [--suite ops|transformer]
+                                           [--pin-cpu N]
 
 Prints per-operator medians (microseconds per call), their ratio flagos/native, the geometric
 mean of the ratios, a small MLP's forward pass (no grad) and one training step, and the
 flagos_python route's cost against calling the same Python function directly.
 Targets (cpu accelerator): geometric mean <= 1.3, MLP step <= 1.05.
+
+On the cpu accelerator the training step is also split into its parts: `mlp_step_st` runs the
+backward on the calling thread for both (autograd multithreading off), `mlp_step_eq` also gives
+both the same optimizer implementation, and the `autograd hand-off` line times one flagos
+backward on the engine's device thread against the same backward on the calling thread. The
+hand-off is torch's (its engine runs the backward of every device but CPU on a worker thread)
+and costs what waking a thread on another core costs on the host; `--pin-cpu N` runs the process
+on one core, where it is a context switch.
 
 `--suite transformer` times instead the forward operators of the GPT-2 model in
 `transformer_e2e.py`, at its shapes and with autograd recording (inputs that require grad),
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import statistics
 import time
@@ -193,7 +203,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50, help="calls per timed batch")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--suite", choices=("ops", "transformer"), default="ops")
+    parser.add_argument(
+        "--pin-cpu", type=int, default=None, help="run on this CPU only (os.sched_setaffinity)"
+    )
     args = parser.parse_args()
+    if args.pin_cpu is not None:
+        # Before the first backward: the autograd engine's threads inherit the affinity.
+        os.sched_setaffinity(0, {args.pin_cpu})
     torch.set_num_threads(args.threads)
 
     accel = torch_fl.build_config.ACCELERATOR
@@ -202,6 +218,7 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, torch_fl accelerator {accel}, python "
         f"{platform.python_version()}, {platform.machine()}, threads {args.threads}"
+        + (f", pinned to cpu {args.pin_cpu}" if args.pin_cpu is not None else "")
     )
     print(f"interleaved: {args.reps} reps x {args.calls} calls, medians; flagos vs {nat_dev}")
     print(f"{'op':<12} {'flagos us':>10} {'native us':>10} {'ratio':>7}")
@@ -273,6 +290,27 @@ def _single_thread_step(fl_dev: str, nat_dev: str, args: argparse.Namespace) -> 
         f"{'mlp_step_eq':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
         "   (as mlp_step_st, and SGD(foreach=False) on both: same implementation choices)"
     )
+    t_thread, t_caller = _interleaved(
+        _one_node_backward(), _one_node_backward(on_caller=True), fl_dev, fl_dev, reps, calls
+    )
+    print(
+        f"autograd hand-off: a one-node flagos backward takes {t_thread:.2f} us on the engine's "
+        f"device thread against {t_caller:.2f} us on the calling thread "
+        f"(+{t_thread - t_caller:.2f} us per backward, torch's)"
+    )
+
+
+def _one_node_backward(on_caller: bool = False) -> Callable[[], object]:
+    """x.sum().backward() on flagos; `on_caller`: with autograd multithreading off, so the
+    engine runs it on the calling thread (what it does for CPU tensors)."""
+    x = torch.ones(4, device="flagos", requires_grad=True)
+
+    def backward() -> object:
+        with torch.autograd.set_multithreading_enabled(not on_caller):
+            x.sum().backward()
+        return x
+
+    return backward
 
 
 if __name__ == "__main__":
