@@ -24,6 +24,14 @@ NEEDS_TRANSFORMERS = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="needs tran
 
 CASES = [
     ("dispatch_overhead.py", ["--reps", "2", "--calls", "2"], "geomean"),
+    pytest.param(
+        "dispatch_overhead.py",
+        ["--reps", "2", "--calls", "2", "--pin-cpu", "0"],
+        r"pinned to cpu 0(.|\n)*autograd hand-off: .* us per backward",
+        marks=pytest.mark.skipif(
+            torch_fl.build_config.ACCELERATOR != "cpu", reason="the MLP step parts: cpu only"
+        ),
+    ),
     ("route_costs.py", ["--iterations", "20", "--rounds", "1"], "flagos extra per call"),
     ("comm_wrapper_cost.py", ["--calls", "20", "--rounds", "1"], "wrapper cost"),
     ("allreduce_bandwidth.py", ["--rounds", "1", "--sizes", "1M"], "ratio"),
