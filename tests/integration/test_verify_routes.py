@@ -158,3 +158,39 @@ except GradcheckError:
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "float32 arithmetic fails the float64 gradcheck" in check.stdout
+
+
+def test_a_dtype_that_differs_is_left_out(tmp_path: Path) -> None:
+    """The fake's tanh is wrong in bfloat16 only: routed for float16 and float32, with the
+    bfloat16 case named in the header and the report; bfloat16 calls keep the reference route.
+    A wrong float32 or non-contiguous case still fails the whole operator (sub.Tensor)."""
+    result = tool(tmp_path, "--ops", "tanh,sub.Tensor", "--dtypes", "float32,float16,bfloat16")
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf = tmp_path / "backends_flaggems.conf"
+    text = conf.read_text()
+    routed = [line for line in text.splitlines() if line.endswith("= flagos_python")]
+    assert routed == ["tanh [dtype = float16|float32] = flagos_python"]
+    assert "#   tanh in bfloat16: sample 0, bfloat16, contiguous" in text
+    report = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert set(report["aten::tanh"]["excluded_dtypes"]) == {"bfloat16"}
+    assert "not in bfloat16" in report["aten::tanh"]["detail"]
+    assert report["aten::sub.Tensor"]["category"] == "mismatch"
+    check = run_python(
+        f"""
+import torch, torch_fl
+from torch_fl import flaggems, routing
+routing.load_table({str(conf)!r})
+flaggems.install(flaggems.routed_to_python())
+x = torch.randn(8, 16)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    routing.reset_stats()
+    got = torch.tanh(x.to(dtype).to("flagos")).cpu()
+    torch.testing.assert_close(got, x.to(dtype).tanh())
+    print(dtype, sorted(routing.stats()["aten::tanh"]))
+""",
+        env={"PYTHONPATH": f"{REPO_ROOT}:{FAKE}", "GEMS_VENDOR": None},
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "torch.float32 ['flagos_python']" in check.stdout
+    assert "torch.float16 ['flagos_python']" in check.stdout
+    assert "torch.bfloat16 ['cpu_fallback']" in check.stdout

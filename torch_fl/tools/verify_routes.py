@@ -9,7 +9,9 @@ overloads come from the backward passes) are replayed on flagos tensors once on 
 route (`cuda`; `cpu_fallback` on the cpu accelerator) and once on `flagos_python`, under
 contiguous, transposed, broadcast, strided and unaligned inputs and several dtypes. An
 operator is routed to FlagGems when every case matches and its median time per call is at
-most the reference's times (1 + --slower-tolerance). View, CompositeImplicitAutograd and random
+most the reference's times (1 + --slower-tolerance), for the dtypes its cases covered; a
+dtype checked on contiguous inputs only (all but float32) whose case differs is left out
+instead of failing the operator. View, CompositeImplicitAutograd and random
 operators are never routed. Results are appended to a JSON-lines state file as they come, and
 the table is rewritten after every operator, so --resume continues a run that ran out of time
 or crashed.
@@ -159,14 +161,18 @@ def _verify_one(
         )
         return {"decision": ref_route, "category": "slower", "detail": detail, **base}
     detail = f"matched {verdict.cases} cases; {py_us:.1f} us vs {ref_us:.1f} us per call"
-    dtypes = _conf.dtype_order(verdict.dtypes)
-    return {
+    routed = {
         "decision": "flagos_python",
         "category": "routed",
         "detail": detail,
-        "dtypes": dtypes,
+        "dtypes": _conf.dtype_order(verdict.dtypes),
         **base,
     }
+    if verdict.excluded:
+        routed["excluded_dtypes"] = verdict.excluded
+        left_out = ", ".join(_conf.dtype_order(set(verdict.excluded)))
+        routed["detail"] += f"; not in {left_out}, where a case differed"
+    return routed
 
 
 def _flat_tensors(made: tuple[tuple, dict]) -> list[torch.Tensor]:

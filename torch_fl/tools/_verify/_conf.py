@@ -63,6 +63,13 @@ def render(
         lines.append(f"#   {short(op):<{width}}  {r['category']}: {r['detail']}")
     for op in sorted(pending):
         lines.append(f"#   {short(op):<{width}}  not-verified: the run's time budget ran out")
+    partial = [op for op in routed if results[op].get("excluded_dtypes")]
+    if partial:
+        kept_in = f"kept on {ref_route} in these, where a case differed"
+        lines += ["#", f"# Routed in some dtypes only; {kept_in}:"]
+        for op in partial:
+            for dtype, failure in sorted(results[op]["excluded_dtypes"].items()):
+                lines.append(f"#   {short(op)} in {dtype}: {failure}")
     lines += ["#", GRAMMAR, ""]
     lines += [routed_line(op, results[op]) for op in routed]
     return "\n".join(lines) + "\n"
