@@ -19,8 +19,8 @@ FAKE = REPO_ROOT / "tests" / "fixtures" / "fake_flag_gems"
 OPS = "add.Tensor,add.out,sub.Tensor,neg,transpose.int,pad,sqrt,relu"
 
 
-def tool(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{FAKE}")
+def tool(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{FAKE}", **(env or {}))
     env.pop("GEMS_VENDOR", None)
     args = [
         sys.executable, "-m", "torch_fl.tools.verify_routes",
@@ -194,3 +194,14 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     assert "torch.float32 ['flagos_python']" in check.stdout
     assert "torch.float16 ['flagos_python']" in check.stdout
     assert "torch.bfloat16 ['cpu_fallback']" in check.stdout
+
+
+def test_an_operator_out_of_time_is_a_timeout(tmp_path: Path) -> None:
+    """The per-operator timer firing inside a FlagGems kernel ends the operator as `timeout`;
+    it is not that case's failure (a `mismatch`), nor a dtype to leave out."""
+    env = {"FAKE_FLAG_GEMS_SLOW_SECONDS": "5"}
+    result = tool(tmp_path, "--ops", "neg", "--op-timeout", "1", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert report["aten::neg"]["category"] == "timeout", report["aten::neg"]
+    assert "neg  timeout: not done in 1 s" in (tmp_path / "backends_flaggems.conf").read_text()

@@ -42,8 +42,9 @@ from torch_fl.tools._verify._state import State
 EXIT_DEVICE_FAULT = 3
 
 
-class OpTimeout(Exception):
-    pass
+class OpTimeout(BaseException):
+    """An operator's time is up. Not an Exception: the comparison treats an Exception raised by
+    a kernel as that case's failure, and a timeout must end the operator instead."""
 
 
 def _parser() -> argparse.ArgumentParser:
