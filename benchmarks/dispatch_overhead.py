@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from _stats import time_interleaved  # this script's folder is on sys.path
 
 import torch_fl
 from torch_fl import routing
@@ -233,31 +234,22 @@ def main() -> None:
     if args.suite == "transformer":
         return
 
+    t_fl, t_nat = _interleaved(
+        _mlp(fl_dev, False),
+        _mlp(nat_dev, False),
+        fl_dev,
+        nat_dev,
+        max(20, args.reps // 4),
+        max(5, args.calls // 5),
+    )
+    print(f"{'mlp_forward':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
     # A native CUDA backward cannot run in a process where a PrivateUse1 backend is registered
     # (pytorch/pytorch#161129): on device accelerators the training step is compared in
     # benchmarks/transformer_e2e.py, whose native runs are separate processes.
-    steps = (
-        (("mlp_forward", False), ("mlp_step", True))
-        if accel == "cpu"
-        else (("mlp_forward", False),)
-    )
-    for name, train in steps:
-        t_fl, t_nat = _interleaved(
-            _mlp(fl_dev, train),
-            _mlp(nat_dev, train),
-            fl_dev,
-            nat_dev,
-            max(20, args.reps // 4),
-            max(5, args.calls // 5),
-        )
-        print(f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}")
-    # The autograd engine runs the backward of device tensors on a per-device worker thread
-    # (CPU tensors: on the calling thread), so a step on flagos pays a thread hand-off that
-    # plain CPU does not. This line runs both on the calling thread, isolating the router.
     if accel != "cpu":
         print("mlp_step: see benchmarks/transformer_e2e.py (native backward: own process)")
     else:
-        _single_thread_step(fl_dev, nat_dev, args)
+        _mlp_step_parts(fl_dev, nat_dev, max(20, args.reps // 2), max(5, args.calls // 5))
 
     t_py, t_direct = _python_route_cost(max(20, args.reps // 2), args.calls)
     print(
@@ -266,30 +258,54 @@ def main() -> None:
     )
 
 
-def _single_thread_step(fl_dev: str, nat_dev: str, args: argparse.Namespace) -> None:
-    reps, calls = max(20, args.reps // 4), max(5, args.calls // 5)
-    with torch.autograd.set_multithreading_enabled(False):
-        t_fl, t_nat = _interleaved(
-            _mlp(fl_dev, True), _mlp(nat_dev, True), fl_dev, nat_dev, reps, calls
-        )
+# The MLP training step and the same step with torch's per-device choices made alike, all six
+# runs interleaved in one loop so every ratio is taken under the same host conditions.
+_STEP_VARIANTS = {
+    "mlp_step": ("", True, None),
+    # The autograd engine runs the backward of device tensors on a per-device worker thread
+    # (CPU tensors: on the calling thread), so a step on flagos pays a thread hand-off that
+    # plain CPU does not; multithreading off runs both on the calling thread.
+    "mlp_step_st": (
+        "autograd multithreading off: backward on the calling thread for both",
+        False,
+        None,
+    ),
+    # torch's SGD defaults to its foreach implementation on PrivateUse1 devices and to a
+    # per-tensor loop on CPU; with both choices equal only the router differs.
+    "mlp_step_eq": (
+        "as mlp_step_st, and SGD(foreach=False) on both: same implementation choices",
+        False,
+        False,
+    ),
+}
+
+
+def _mlp_step_parts(fl_dev: str, nat_dev: str, reps: int, calls: int) -> None:
+    def variant(dev: str, multithreading: bool, foreach: bool | None) -> Callable[[], object]:
+        step = _mlp(dev, True, foreach=foreach)
+
+        def run() -> object:
+            with torch.autograd.set_multithreading_enabled(multithreading):
+                return step()
+
+        return run
+
+    runs = {
+        (name, dev): variant(dev, multithreading, foreach)
+        for name, (_, multithreading, foreach) in _STEP_VARIANTS.items()
+        for dev in (fl_dev, nat_dev)
+    }
+    for run in runs.values():  # warm up: caches, allocator, the engine's threads
+        for _ in range(3):
+            run()
+    times = time_interleaved(runs, reps, calls, lambda key: _sync(key[1]))
+    for name, (note, _, _) in _STEP_VARIANTS.items():
+        t_fl = statistics.median(times[(name, fl_dev)]) * 1e6
+        t_nat = statistics.median(times[(name, nat_dev)]) * 1e6
         print(
-            f"{'mlp_step_st':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
-            "   (autograd multithreading off: backward on the calling thread for both)"
+            f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
+            + (f"   ({note})" if note else "")
         )
-        # torch's SGD defaults to its foreach implementation on PrivateUse1 devices and to a
-        # per-tensor loop on CPU; with both choices equal only the router differs.
-        t_fl, t_nat = _interleaved(
-            _mlp(fl_dev, True, foreach=False),
-            _mlp(nat_dev, True, foreach=False),
-            fl_dev,
-            nat_dev,
-            reps,
-            calls,
-        )
-    print(
-        f"{'mlp_step_eq':<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
-        "   (as mlp_step_st, and SGD(foreach=False) on both: same implementation choices)"
-    )
     t_thread, t_caller = _interleaved(
         _one_node_backward(), _one_node_backward(on_caller=True), fl_dev, fl_dev, reps, calls
     )
