@@ -231,3 +231,27 @@ def test_activation_checkpointing_replays_the_dropout_masks(use_reentrant: bool)
     for with_checkpoint, without in zip(*grads, strict=True):
         torch.testing.assert_close(with_checkpoint, without, rtol=0, atol=0)
     assert torch.flagos._initialized
+
+
+def test_backward_on_the_calling_thread_with_multithreading_off() -> None:
+    """The README's switch for tiny models: with autograd multithreading off, a flagos backward
+    runs on the calling thread and its gradients equal the CPU's (and the default's)."""
+    import threading
+
+    def grads(device: str, multithreading: bool) -> tuple[list[torch.Tensor], set[int]]:
+        model = make_model().to(device)
+        threads: set[int] = set()
+        x, y = batches(1)[0]
+        out = model(x.to(device))
+        out.register_hook(lambda g: threads.add(threading.get_ident()))
+        with torch.autograd.set_multithreading_enabled(multithreading):
+            nn.functional.cross_entropy(out, y.to(device)).backward()
+        return [p.grad.cpu() for p in model.parameters()], threads
+
+    reference, _ = grads("cpu", True)
+    on_caller, threads = grads("flagos", False)
+    assert threads == {threading.get_ident()}
+    default, _ = grads("flagos", True)
+    for want, got, got_default in zip(reference, on_caller, default, strict=True):
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_default, want)
