@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -154,6 +153,19 @@ def _sync(dev: str) -> None:
         torch.flagos.synchronize()
 
 
+def _medians(
+    runs: dict[tuple[str, str], Callable[[], object]], reps: int, calls: int
+) -> dict[tuple[str, str], float]:
+    """Median microseconds per call of each run, keyed (name, device), after a warm-up (caches,
+    allocator, route resolution, the engine's threads): `reps` rounds of `calls` calls each,
+    the runs interleaved (_stats.time_interleaved)."""
+    for _ in range(max(3, calls // 5)):
+        for run in runs.values():
+            run()
+    times = time_interleaved(runs, reps, calls, lambda key: _sync(key[1]))
+    return {key: statistics.median(t) * 1e6 for key, t in times.items()}
+
+
 def _interleaved(
     fl: Callable[[], object],
     nat: Callable[[], object],
@@ -163,22 +175,8 @@ def _interleaved(
     calls: int,
 ) -> tuple[float, float]:
     """Median microseconds per call of each, alternating batches of `calls` calls."""
-    for _ in range(max(3, calls // 5)):  # warm up: caches, allocator, route resolution
-        fl()
-        nat()
-    _sync(fl_dev)
-    _sync(nat_dev)
-    fl_t: list[float] = []
-    nat_t: list[float] = []
-    for rep in range(reps):
-        order = ((fl, fl_dev, fl_t), (nat, nat_dev, nat_t))
-        for fn, dev, out in order if rep % 2 == 0 else reversed(order):
-            start = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            _sync(dev)
-            out.append((time.perf_counter_ns() - start) / calls / 1000.0)
-    return statistics.median(fl_t), statistics.median(nat_t)
+    t = _medians({("flagos", fl_dev): fl, ("native", nat_dev): nat}, reps, calls)
+    return t[("flagos", fl_dev)], t[("native", nat_dev)]
 
 
 def _python_route_cost(reps: int, calls: int) -> tuple[float, float]:
@@ -295,13 +293,9 @@ def _mlp_step_parts(fl_dev: str, nat_dev: str, reps: int, calls: int) -> None:
         for name, (_, multithreading, foreach) in _STEP_VARIANTS.items()
         for dev in (fl_dev, nat_dev)
     }
-    for run in runs.values():  # warm up: caches, allocator, the engine's threads
-        for _ in range(3):
-            run()
-    times = time_interleaved(runs, reps, calls, lambda key: _sync(key[1]))
+    times = _medians(runs, reps, calls)
     for name, (note, _, _) in _STEP_VARIANTS.items():
-        t_fl = statistics.median(times[(name, fl_dev)]) * 1e6
-        t_nat = statistics.median(times[(name, nat_dev)]) * 1e6
+        t_fl, t_nat = times[(name, fl_dev)], times[(name, nat_dev)]
         print(
             f"{name:<12} {t_fl:>10.2f} {t_nat:>10.2f} {t_fl / t_nat:>7.3f}"
             + (f"   ({note})" if note else "")
