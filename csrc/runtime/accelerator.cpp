@@ -43,8 +43,7 @@ bool detail::is_current_device_slow(c10::DeviceIndex index) {
   if (only_device_zero()) {
     return true;
   }
-  static const c10::impl::DeviceGuardImplInterface& guard = accelerator().guard();
-  return guard.getDevice().index() == index;
+  return accelerator_guard().getDevice().index() == index;
 }
 
 void detail::switch_device(c10::OptionalDeviceGuard& guard, c10::DeviceIndex index) {

@@ -109,6 +109,14 @@ class Accelerator {
 // The accelerator of this build. Created on first use; never destroyed.
 FLAGOS_API Accelerator& accelerator();
 
+// accelerator().guard(), resolved once: the autograd engine and every routed call on a
+// multi-device machine ask the guard, where a call through the accelerator object each time
+// showed in instruction counts (docs/performance.md).
+inline const c10::impl::DeviceGuardImplInterface& accelerator_guard() {
+  static const c10::impl::DeviceGuardImplInterface& guard = accelerator().guard();
+  return guard;
+}
+
 // Throws a c10::Error naming the valid range unless 0 <= index < device_count().
 FLAGOS_API void check_device_index(c10::DeviceIndex index);
 

@@ -13,10 +13,8 @@ namespace {
 
 // The registry wants a type; this one forwards to the accelerator's guard.
 struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  // Resolved once: the autograd engine calls the guard several times per backward node.
   static const c10::impl::DeviceGuardImplInterface& impl() {
-    static const c10::impl::DeviceGuardImplInterface& guard = accelerator().guard();
-    return guard;
+    return accelerator_guard();
   }
   c10::DeviceType type() const override {
     return c10::DeviceType::PrivateUse1;
