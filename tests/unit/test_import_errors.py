@@ -212,33 +212,3 @@ def test_importing_twice_is_harmless(python_subprocess) -> None:
     done = python_subprocess(code, env=NO_AUTOLOAD)
     assert done.returncode == 0, done.stderr
     assert "SAME True True" in done.stdout and "2.0" in done.stdout
-
-
-@pytest.mark.skipif(
-    not ON_CPU_ACCELERATOR, reason="FLAGOS_CPU_DEVICE_COUNT is the cpu accelerator's"
-)
-def test_largest_cpu_device_count_keeps_streams_per_device_and_thread(python_subprocess) -> None:
-    """64 devices: each device's current stream is its own, per thread; flagos:64 is refused."""
-    code = """
-import threading, torch, torch_fl
-F = torch.flagos
-last = torch.device("flagos", 63)
-s63 = F.Stream(device=last)
-F.set_stream(s63)
-assert F.current_stream(63) == s63 and F.current_stream(0) == F.default_stream(0)
-seen = []
-other = threading.Thread(target=lambda: seen.append(F.current_stream(63)))
-other.start(); other.join()
-assert seen[0] == F.default_stream(63), seen  # another thread starts on the default stream
-with torch.flagos.device(last):
-    t = torch.ones(2, device="flagos") * 2
-try:
-    torch.ones(1, device="flagos:64")
-except Exception as e:
-    print("REFUSED", type(e).__name__, e)
-print("COUNT", F.device_count(), "DEV", t.device, "OK")
-"""
-    done = python_subprocess(code, env={**NO_AUTOLOAD, "FLAGOS_CPU_DEVICE_COUNT": "64"})
-    assert done.returncode == 0, done.stderr
-    assert "COUNT 64 DEV flagos:63 OK" in done.stdout
-    assert "REFUSED" in done.stdout and "flagos:0 to flagos:63" in done.stdout

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torch_fl
+
 F = torch.flagos
 D0 = torch.device("flagos", 0)
 
@@ -173,3 +175,36 @@ def test_stream_object_as_context_manager() -> None:
         assert F.current_device() == 1
     assert F.current_stream(1) == F.default_stream(1)
     assert F.current_device() == 0
+
+
+@pytest.mark.skipif(
+    torch_fl.build_config.ACCELERATOR != "cpu",
+    reason="FLAGOS_CPU_DEVICE_COUNT is the cpu accelerator's",
+)
+def test_largest_cpu_device_count_keeps_streams_per_device_and_thread(python_subprocess) -> None:
+    """64 devices: each device's current stream is its own, per thread; flagos:64 is refused."""
+    code = """
+import threading, torch, torch_fl
+F = torch.flagos
+last = torch.device("flagos", 63)
+s63 = F.Stream(device=last)
+F.set_stream(s63)
+assert F.current_stream(63) == s63 and F.current_stream(0) == F.default_stream(0)
+seen = []
+other = threading.Thread(target=lambda: seen.append(F.current_stream(63)))
+other.start(); other.join()
+assert seen[0] == F.default_stream(63), seen  # another thread starts on the default stream
+with torch.flagos.device(last):
+    t = torch.ones(2, device="flagos") * 2
+try:
+    torch.ones(1, device="flagos:64")
+except Exception as e:
+    print("REFUSED", type(e).__name__, e)
+print("COUNT", F.device_count(), "DEV", t.device, "OK")
+"""
+    done = python_subprocess(
+        code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "FLAGOS_CPU_DEVICE_COUNT": "64"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "COUNT 64 DEV flagos:63 OK" in done.stdout
+    assert "REFUSED" in done.stdout and "flagos:0 to flagos:63" in done.stdout
