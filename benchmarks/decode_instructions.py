@@ -12,7 +12,9 @@ is transformer_e2e.py's; one intra-op thread, so thread pools do not spin.
 
 With --cache-sim, callgrind also simulates the caches and the script prints first-level
 instruction-cache misses: each side's total, flagos's extra per routed call, and how many of the
-flagos side's misses fall in torch_fl's own code per routed call. A routed call's code runs
+flagos side's misses fall in torch_fl's own code per routed call (counted by library, read from
+callgrind's file: callgrind_annotate would merge same-named inline functions of torch_fl and
+libtorch), with torch_fl's own instructions per routed call. A routed call's code runs
 cold (the model's other work evicts it between calls), so the cache lines it touches, not its
 instruction count, are what it costs; the total is disturbed by Python's allocator by some tens
 of misses per routed call from run to run, the torch_fl part is not.
@@ -95,24 +97,56 @@ def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
     if args.cache_sim:
         counts["I1mr"] = int(found.group(2))
         counts["I1mr_torch_fl"] = _torch_fl_misses(out_file)
+        counts["Ir_torch_fl"] = _torch_fl_cost(out_file, "Ir")
         os.unlink(out_file)
     return counts
 
 
 def _torch_fl_misses(out_file: str) -> int:
-    """I1 misses of the functions in torch_fl's libraries (callgrind_annotate, per function)."""
-    listing = subprocess.run(
-        ["callgrind_annotate", "--show=I1mr", "--threshold=100", out_file],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    total = 0
-    for line in listing.splitlines():
-        m = re.match(r"\s*([\d,]+)\s.*\[(\S+)\]\s*$", line)
-        if m and "/torch_fl/" in m.group(2):
-            total += int(m.group(1).replace(",", ""))
-    return total
+    return _torch_fl_cost(out_file, "I1mr")
+
+
+def _torch_fl_cost(out_file: str, event: str) -> int:
+    """The cost of the code in torch_fl's libraries, read from the callgrind file by object.
+
+    callgrind_annotate merges functions of the same name across libraries, so an inline c10
+    function that torch_fl and libtorch each carry a copy of (TensorImpl::set_sizes_and_strides,
+    intrusive_ptr::reset_not_null_) would count torch's misses as torch_fl's.
+    """
+    costs = _self_costs(out_file, event)
+    return sum(cost for (obj, _), cost in costs.items() if "/torch_fl/" in obj)
+
+
+def _self_costs(out_file: str, event: str) -> dict[tuple[str, str], int]:
+    """Each function's own cost of `event`, keyed by (object file, function name)."""
+    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}}
+    obj = fn = ""
+    column = 0
+    after_calls = False  # the cost line after calls= is the callee's inclusive cost
+    costs: dict[tuple[str, str], int] = {}
+    with open(out_file) as lines:
+        for line in lines:
+            if line[0].isdigit() or line[0] in "+-*":
+                if after_calls:
+                    after_calls = False
+                    continue
+                fields = line.split()
+                if len(fields) > column and fields[column] != "0":
+                    costs[(obj, fn)] = costs.get((obj, fn), 0) + int(fields[column])
+            elif line.startswith("events:"):
+                column = 1 + line.split()[1:].index(event)
+            elif line.startswith("calls="):
+                after_calls = True
+            elif m := re.match(r"(c?)(ob|fn)=\((\d+)\)(?: (.*))?", line.rstrip("\n")):
+                called, kind, ident, name = m.groups()
+                if name is not None:
+                    names[kind][ident] = name
+                if not called:
+                    if kind == "ob":
+                        obj = names["ob"][ident]
+                    else:
+                        fn = names["fn"][ident]
+    return costs
 
 
 def main() -> None:
@@ -157,6 +191,8 @@ def main() -> None:
         print(f"  flagos extra per routed call {(f1 - n1) / routed:>12,.1f}")
         ours = flagos_counts["I1mr_torch_fl"] / routed
         print(f"  in torch_fl's code per routed call {ours:>6,.1f}")
+        own = flagos_counts["Ir_torch_fl"] / routed
+        print(f"torch_fl's own instructions per routed call {own:>,.0f}")
 
 
 if __name__ == "__main__":

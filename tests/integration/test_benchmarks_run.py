@@ -71,3 +71,47 @@ def test_benchmark_runs(script: str, args: list[str], expected: str) -> None:
         f"{script} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     )
     assert re.search(expected, result.stdout), result.stdout[-2000:]
+
+
+# A callgrind file in which libtorch and torch_fl each have a function of the same name (an
+# inline c10 function both carry), one calling into the other.
+_CALLGRIND_FILE = """\
+# callgrind format
+events: Ir I1mr
+ob=(1) /site-packages/torch/lib/libtorch_cpu.so
+fl=(1) ???
+fn=(1) c10::TensorImpl::set_sizes_and_strides
+10 100 7
++1 50 3
+ob=(2) /site/torch_fl/lib/libtorch_fl_core.so
+fn=(2) torch_fl::native_alias
+20 40 2
+cob=(1)
+cfn=(1)
+calls=1 10
+20 150 10
+fn=(3) c10::TensorImpl::set_sizes_and_strides
+30 60 4
+"""
+
+
+def test_decode_instructions_counts_misses_by_library(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "decode_instructions", ROOT / "benchmarks" / "decode_instructions.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "callgrind.out"
+    out.write_text(_CALLGRIND_FILE)
+    # torch_fl's own: native_alias (2) and its copy of the inline function (4); not libtorch's
+    # copy (7 + 3), nor the call's inclusive cost (10).
+    assert module._torch_fl_cost(str(out), "I1mr") == 6
+    assert module._torch_fl_cost(str(out), "Ir") == 100
+    costs = module._self_costs(str(out), "Ir")
+    assert (
+        costs[
+            ("/site-packages/torch/lib/libtorch_cpu.so", "c10::TensorImpl::set_sizes_and_strides")
+        ]
+        == 150
+    )
