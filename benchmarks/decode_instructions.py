@@ -1,6 +1,7 @@
 """Instructions a greedy decode executes on flagos against the native device (callgrind).
 
     python benchmarks/decode_instructions.py [--tokens 8] [--decodes 2] [--native cpu]
+    python benchmarks/decode_instructions.py --workload mlp_step [--steps 10]
 
 Host time per routed call is noisy (processes and leases differ by more than the effect);
 instruction counts are not. Each device runs in its own child process under valgrind's
@@ -9,6 +10,13 @@ timed decodes only (`callgrind_control -i on`). A third child, without valgrind,
 routed calls of the same decodes (torch_fl.routing.stats). Prints the instructions of each side,
 flagos's extra per forward and per routed call. Needs valgrind; runs for a few minutes. The model
 is transformer_e2e.py's; one intra-op thread, so thread pools do not spin.
+
+`--workload mlp_step` counts dispatch_overhead.py's small-MLP training step instead, as its
+`mlp_step_eq` line runs it (autograd multithreading off and SGD(foreach=False) on both sides, so
+only the router differs): the router's share of the foundation issue's MLP-step target, free of
+the host's timing noise. `mlp_step_default` is the step as a user writes it (the autograd
+engine's device thread and torch's foreach optimizer default for flagos; callgrind runs the
+threads one at a time and counts them all, so the hand-off's wake-up latency does not show).
 
 With --cache-sim, callgrind also simulates the caches and the script prints first-level
 instruction-cache misses: each side's total, flagos's extra per routed call, and how many of the
@@ -50,21 +58,63 @@ def decode(model, prompt, tokens: int) -> None:  # noqa: ANN001
         )
 
 
-def child(device: str, tokens: int, decodes: int, count_routes: bool) -> None:
+def mlp_step(device: str, default: bool):  # noqa: ANN201 - the step, a callable
+    """dispatch_overhead.py's MLP training step; unless `default`, as its mlp_step_eq runs it."""
+    import torch
+    from dispatch_overhead import _mlp  # this script's folder is on sys.path
+
+    torch.set_num_threads(1)
+    step = _mlp(device, True, foreach=None if default else False)
+
+    def run() -> None:
+        with torch.autograd.set_multithreading_enabled(default):
+            step()
+
+    return run
+
+
+def workload(args: argparse.Namespace, device: str):  # noqa: ANN201 - a callable
+    """The measured work: one greedy decode or one training step."""
+    if args.workload == "decode":
+        model, prompt = build(device)
+        return lambda: decode(model, prompt, args.tokens)
+    return mlp_step(device, args.workload == "mlp_step_default")
+
+
+def repeats(args: argparse.Namespace) -> int:
+    return args.decodes if args.workload == "decode" else args.steps
+
+
+def child(args: argparse.Namespace) -> None:
     import torch_fl
 
-    model, prompt = build(device)
-    for _ in range(2):
-        decode(model, prompt, tokens)
-    if count_routes:
+    run = workload(args, args.child)
+    for _ in range(2 if args.workload == "decode" else 20):
+        run()
+    if args.count_routes:
         torch_fl.routing.reset_stats()
     else:
         subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True)
-    for _ in range(decodes):
-        decode(model, prompt, tokens)
-    if count_routes:
+    for _ in range(repeats(args)):
+        run()
+    if args.count_routes:
         stats = torch_fl.routing.stats()
         print("ROUTED", sum(sum(v.values()) for v in stats.values()))
+    else:
+        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], capture_output=True)
+
+
+def child_args(args: argparse.Namespace) -> list[str]:
+    return [
+        "--workload",
+        args.workload,
+        "--tokens",
+        str(args.tokens),
+        "--decodes",
+        str(args.decodes),
+        "--steps",
+        str(args.steps),
+    ]
 
 
 def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
@@ -83,10 +133,7 @@ def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
         __file__,
         "--child",
         device,
-        "--tokens",
-        str(args.tokens),
-        "--decodes",
-        str(args.decodes),
+        *child_args(args),
     ]
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
@@ -151,21 +198,24 @@ def _self_costs(out_file: str, event: str) -> dict[tuple[str, str], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workload", choices=("decode", "mlp_step", "mlp_step_default"), default="decode"
+    )
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--decodes", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=10, help="mlp_step: training steps")
     parser.add_argument("--native", default="cpu")
     parser.add_argument("--cache-sim", action="store_true", help="also count I1 cache misses")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--count-routes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.tokens, args.decodes, args.count_routes)
+        child(args)
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (apt-get install valgrind)")
     counted = subprocess.run(
-        [sys.executable, __file__, "--child", "flagos", "--count-routes"]
-        + ["--tokens", str(args.tokens), "--decodes", str(args.decodes)],
+        [sys.executable, __file__, "--child", "flagos", "--count-routes", *child_args(args)],
         env=dict(os.environ, TRANSFORMERS_VERBOSITY="error"),
         capture_output=True,
         text=True,
@@ -175,19 +225,24 @@ def main() -> None:
     flagos_counts = instructions("flagos", args)
     native_counts = instructions(args.native, args)
     flagos, native = flagos_counts["Ir"], native_counts["Ir"]
-    forwards = args.tokens * args.decodes
+    if args.workload == "decode":
+        units, unit = args.tokens * args.decodes, "forward"
+        print(f"greedy decode, {args.decodes} x {args.tokens} tokens ({units} forwards)")
+    else:
+        units, unit = args.steps, "step"
+        print(f"{args.workload}, {units} training steps of dispatch_overhead.py's MLP")
     extra = flagos - native
-    print(f"greedy decode, {args.decodes} x {args.tokens} tokens ({forwards} forwards)")
     print(f"instructions on flagos      {flagos:>15,}")
     print(f"instructions on {args.native:<11} {native:>15,}")
-    print(f"flagos extra                {extra:>15,} ({extra / native:.2%})")
-    print(f"  per forward               {extra / forwards:>15,.0f}")
+    ratio = flagos / native
+    print(f"flagos extra                {extra:>15,} ({extra / native:.2%}; ratio {ratio:.3f})")
+    print(f"  per {unit:<22}{extra / units:>15,.0f}")
     per_call = f"{extra / routed:>15,.0f}"
-    print(f"  per routed call           {per_call} ({routed / forwards:.0f} a forward)")
+    print(f"  per routed call           {per_call} ({routed / units:.0f} a {unit})")
     if args.cache_sim:
         f1, n1 = flagos_counts["I1mr"], native_counts["I1mr"]
         print(f"I1 misses on flagos         {f1:>15,}")
-        print(f"I1 misses on {args.native:<14} {n1:>15,}")
+        print(f"I1 misses on {args.native:<14} {n1:>15,} (ratio {f1 / n1:.3f})")
         print(f"  flagos extra per routed call {(f1 - n1) / routed:>12,.1f}")
         ours = flagos_counts["I1mr_torch_fl"] / routed
         print(f"  in torch_fl's code per routed call {ours:>6,.1f}")

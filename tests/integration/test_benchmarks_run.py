@@ -2,8 +2,9 @@
 
 Benchmarks measure and print ratios; nothing here looks at their timings (performance claims
 live in docs/performance.md). This only keeps them from rotting: each runs in its own process,
-exits 0 and prints the line its readers look for (a regular expression here). Left out:
-decode_instructions.py, which runs GPT-2 decodes under valgrind for minutes."""
+exits 0 and prints the line its readers look for (a regular expression here).
+decode_instructions.py runs its workloads under valgrind for minutes: only its route-counting
+child runs here (the MLP step workload), and its callgrind-file reading is tested below."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ CASES = [
         ),
     ),
     ("route_costs.py", ["--iterations", "20", "--rounds", "1"], "flagos extra per call"),
+    (
+        "decode_instructions.py",
+        ["--child", "flagos", "--count-routes", "--workload", "mlp_step", "--steps", "2"],
+        r"ROUTED [1-9]",
+    ),
     ("comm_wrapper_cost.py", ["--calls", "20", "--rounds", "1"], "wrapper cost"),
     ("allreduce_bandwidth.py", ["--rounds", "1", "--sizes", "1M"], "ratio"),
     ("flaggems_overhead.py", ["--reps", "1", "--calls", "1"], r"skipped, |extra us"),
