@@ -104,6 +104,12 @@ def child(args: argparse.Namespace) -> None:
         subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], capture_output=True)
 
 
+def _child_env() -> dict[str, str]:
+    # A fixed hash seed: Python's dict and set work otherwise moves each side's count by some
+    # hundred thousand instructions from run to run.
+    return dict(os.environ, TRANSFORMERS_VERBOSITY="error", PYTHONHASHSEED="0")
+
+
 def child_args(args: argparse.Namespace) -> list[str]:
     return [
         "--workload",
@@ -135,8 +141,7 @@ def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
         device,
         *child_args(args),
     ]
-    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+    out = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, check=True).stderr
     found = re.search(r"Collected : (\d+)(?: \d+ \d+ (\d+))?", out)
     if not found:
         raise SystemExit(f"no instruction count from callgrind for {device}:\n{out[-2000:]}")
@@ -216,7 +221,7 @@ def main() -> None:
         raise SystemExit("needs valgrind (apt-get install valgrind)")
     counted = subprocess.run(
         [sys.executable, __file__, "--child", "flagos", "--count-routes", *child_args(args)],
-        env=dict(os.environ, TRANSFORMERS_VERBOSITY="error"),
+        env=_child_env(),
         capture_output=True,
         text=True,
         check=True,
