@@ -6,6 +6,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <algorithm>
 #include <typeinfo>
 
 namespace torch_fl {
@@ -362,6 +363,47 @@ bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexce
   }
   empty_alias(alias);
   return true;
+}
+
+void SharedAliasStorage::add(const at::Tensor& flagos, const at::Tensor& alias, bool written) {
+  if (!alias.defined() || alias.layout() != c10::kStrided || !alias.has_storage() ||
+      flagos.storage().data() == nullptr) {
+    return; // sparse aliases, and empty memory nothing can overlap
+  }
+  entries_.push_back(
+      {flagos.storage().unsafeGetStorageImpl(), alias.unsafeGetTensorImpl(), written});
+}
+
+void SharedAliasStorage::apply() {
+  const size_t n = entries_.size();
+  if (n < 2) {
+    return;
+  }
+  // Most calls have no two arguments over one storage: find out cheaply (foreach operators pass
+  // hundreds of tensors).
+  c10::SmallVector<c10::StorageImpl*, 8> sorted;
+  for (const Entry& e : entries_) {
+    sorted.push_back(e.flagos);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
+    return;
+  }
+  for (Entry& e : entries_) {
+    const Entry* first = nullptr;
+    const Entry* first_written = nullptr;
+    for (const Entry& c : entries_) {
+      if (c.flagos == e.flagos) {
+        first = first != nullptr ? first : &c;
+        first_written = first_written != nullptr || !c.written ? first_written : &c;
+      }
+    }
+    const Entry* canonical = first_written != nullptr ? first_written : first;
+    const c10::Storage& shared = canonical->alias->unsafe_storage();
+    if (canonical != &e && !e.alias->unsafe_storage().is_alias_of(shared)) {
+      e.alias->set_storage_keep_dtype(shared);
+    }
+  }
 }
 
 c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_take_over) {

@@ -34,6 +34,26 @@ FLAGOS_API void release_alias(at::Tensor& alias) noexcept;
 FLAGOS_API bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexcept;
 FLAGOS_API bool repoint_native_alias(const at::Tensor& alias, const at::Tensor& flagos);
 
+// Native kernels find overlapping arguments by storage identity (at::get_overlap_status
+// compares storages with Storage::is_alias_of), but every alias has a StorageImpl of its own.
+// For a call that writes an argument, the caller adds each argument's alias; apply() then gives
+// the aliases of arguments over one flagos storage one alias storage (a written argument's, which
+// the kernel may resize), so a kernel refuses a partial overlap and handles an exact one as it
+// does on the native device. Holds no references: the caller keeps the aliases alive.
+class FLAGOS_API SharedAliasStorage {
+ public:
+  void add(const at::Tensor& flagos, const at::Tensor& alias, bool written);
+  void apply();
+
+ private:
+  struct Entry {
+    c10::StorageImpl* flagos;
+    c10::TensorImpl* alias;
+    bool written;
+  };
+  c10::SmallVector<Entry, 6> entries_;
+};
+
 // Maps native storages to flagos storages within one operator call, so two results that shared
 // a native storage share one flagos storage too.
 class FLAGOS_API StorageRelabeler {

@@ -144,6 +144,12 @@ void prepare_call(
   const c10::DeviceIndex index = devices.finish();
   call.index = index;
 
+  // Aliases over one flagos storage share an alias storage when the call writes (see
+  // SharedAliasStorage); copies are separate memory either way.
+  std::optional<SharedAliasStorage> shared;
+  if (plan.has_written && mapping == Mapping::Alias) {
+    shared.emplace();
+  }
   for (const auto& a : plan.args) {
     auto& v = (*stack)[begin + a.index];
     if (a.written) {
@@ -157,6 +163,9 @@ void prepare_call(
         const auto& t = v.toTensor();
         if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
           auto mapped = to_native(t, a.written, mapping);
+          if (shared) {
+            shared->add(t, mapped, a.written);
+          }
           if (a.written) {
             call.written.push_back({t, mapped});
           } else if (call.release_aliases) {
@@ -173,6 +182,9 @@ void prepare_call(
         for (const at::Tensor& t : list) {
           if (is_flagos(t)) {
             auto mapped = to_native(t, a.written, mapping);
+            if (shared) {
+              shared->add(t, mapped, a.written);
+            }
             if (a.written) {
               call.written.push_back({t, mapped});
             }
@@ -188,7 +200,11 @@ void prepare_call(
         c10::List<std::optional<at::Tensor>> mapped_list;
         for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
           if (t.has_value() && is_flagos(*t)) {
-            mapped_list.push_back(to_native(*t, false, mapping));
+            auto mapped = to_native(*t, false, mapping);
+            if (shared) {
+              shared->add(*t, mapped, false);
+            }
+            mapped_list.push_back(std::move(mapped));
           } else {
             mapped_list.push_back(t);
           }
@@ -228,6 +244,9 @@ void prepare_call(
         break;
       }
     }
+  }
+  if (shared) {
+    shared->apply();
   }
 }
 

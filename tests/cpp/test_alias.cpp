@@ -227,6 +227,42 @@ TEST(KeptAlias, IsRepointedExactlyInItsOwnModeAndDevice) {
   EXPECT_EQ(n.storage().data(), nullptr); // a refused re-point changes nothing
 }
 
+TEST(SharedAliasStorage, AliasesOfOneStorageShareTheWrittenOnesStorage) {
+  at::Tensor f = filled_flagos(0);
+  at::Tensor other = filled_flagos(0);
+  at::Tensor read = native_alias(f.slice(0, 0, 20));
+  at::Tensor written = native_alias(f.slice(0, 4, 24), /*resizable=*/true);
+  at::Tensor unrelated = native_alias(other);
+  EXPECT_FALSE(read.storage().is_alias_of(written.storage())); // each alias has its own
+  SharedAliasStorage shared;
+  shared.add(f, read, false);
+  shared.add(f, written, true);
+  shared.add(other, unrelated, false);
+  shared.apply();
+  // The written alias's (resizable) storage is the one kept; the views keep their layouts.
+  EXPECT_EQ(read.storage().unsafeGetStorageImpl(), written.storage().unsafeGetStorageImpl());
+  EXPECT_TRUE(written.storage().resizable());
+  EXPECT_FALSE(unrelated.storage().is_alias_of(written.storage()));
+  EXPECT_EQ(read.data_ptr(), f.data_ptr());
+  EXPECT_EQ(written.data_ptr(), f.slice(0, 4, 24).data_ptr());
+  // So a CPU kernel sees the overlap and refuses it, as for two views of one CPU tensor.
+  EXPECT_THROW(written.slice(0, 0, 16).copy_(read.slice(0, 0, 16)), c10::Error);
+}
+
+TEST(SharedAliasStorage, NothingSharedIsLeftAlone) {
+  at::Tensor a = filled_flagos(0);
+  at::Tensor b = filled_flagos(0);
+  at::Tensor na = native_alias(a);
+  at::Tensor nb = native_alias(b, /*resizable=*/true);
+  c10::StorageImpl* before = na.storage().unsafeGetStorageImpl();
+  SharedAliasStorage shared;
+  shared.add(a, na, false);
+  shared.add(b, nb, true);
+  shared.apply();
+  EXPECT_EQ(na.storage().unsafeGetStorageImpl(), before);
+  EXPECT_FALSE(na.storage().is_alias_of(nb.storage()));
+}
+
 TEST(FlagosFromNative, ViewOfAnAliasMapsBackToTheOriginalStorage) {
   at::Tensor f = filled_flagos(1);
   at::Tensor n = native_alias(f).view({4, 6}).transpose(0, 1).slice(0, 2, 4);

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -236,3 +240,89 @@ def test_set_and_is_set_to() -> None:
     assert torch.equal(t.cpu(), expected)
     t.set_()
     assert t.numel() == 0
+
+
+# Arguments over one storage, as native kernels see them: what a call writes may not partly
+# overlap what it reads (the kernels refuse before writing anything), and may overlap it exactly.
+PARTIAL_OVERLAP = {
+    "copy_": lambda x: x[1:].copy_(x[:-1]),
+    "add_": lambda x: x[1:].add_(x[:-1]),
+    "mul_out": lambda x: torch.mul(x[:-1], 2, out=x[1:]),
+    "cumsum_out": lambda x: torch.cumsum(x[:-1], 0, out=x[1:]),
+    "index_select_out": lambda x: torch.index_select(
+        x, 0, torch.arange(9, -1, -1, device=x.device), out=x
+    ),
+    "index_put_": lambda x: x.index_put_((torch.tensor([1, 2, 3], device=x.device),), x[:3]),
+    "cat_out": lambda x: torch.cat([x[:2], x[2:4]], out=x[1:5]),
+    "gather_out": lambda x: torch.gather(
+        x[:8], 0, torch.tensor([1, 0, 3, 2], device=x.device), out=x[2:6]
+    ),
+}
+
+EXACT_OVERLAP = {
+    "add_self": lambda x: x.add_(x),
+    "copy_self": lambda x: x.copy_(x),
+    "copy_same_region": lambda x: x[2:5].copy_(x[2:5]),
+    "mul_out_self": lambda x: torch.mul(x, 2, out=x),
+    "strided_add_": lambda x: x[::2].add_(x[::2]),
+    "add_out_first_input": lambda x: torch.add(x[:5], x[5:], out=x[:5]),
+    "addcmul_": lambda x: x[:4].addcmul_(x[4:8], x[:4]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARTIAL_OVERLAP))
+def test_partial_overlap_is_refused_like_cpu(name: str) -> None:
+    fn = PARTIAL_OVERLAP[name]
+    x_cpu = torch.arange(10.0)
+    with pytest.raises(RuntimeError) as on_cpu:
+        fn(x_cpu)
+    x = torch.arange(10.0, device="flagos")
+    with pytest.raises(RuntimeError) as on_flagos:
+        fn(x)
+    assert str(on_flagos.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    assert torch.equal(x.cpu(), x_cpu)  # refused before anything was written
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_OVERLAP))
+def test_exact_overlap_matches_cpu(name: str) -> None:
+    fn = EXACT_OVERLAP[name]
+    x_cpu = torch.arange(10.0)
+    x = x_cpu.to("flagos")
+    fn(x_cpu)
+    fn(x)
+    assert torch.equal(x.cpu(), x_cpu)
+
+
+def test_overlap_between_devices_is_no_overlap() -> None:
+    # The same bytes on flagos:0 and flagos:1 are two memories.
+    x = torch.arange(10.0, device="flagos:0")
+    y = x.to("flagos:1")
+    y[1:].copy_(x[:-1].to("flagos:1"))
+    assert torch.equal(y.cpu(), torch.cat([torch.zeros(1), torch.arange(9.0)]))
+
+
+def test_partial_overlap_is_refused_without_fast_kernels() -> None:
+    # The boxed router (every operator without a fast kernel, or all with FLAGOS_FAST_PATH=0).
+    script = """
+import torch, torch_fl
+for fn in (lambda x: x[1:].add_(x[:-1]), lambda x: torch.mul(x[:-1], 2, out=x[1:]),
+           lambda x: x.index_put_((torch.tensor([1, 2, 3], device=x.device),), x[:3])):
+    x = torch.arange(10.0, device="flagos")
+    try:
+        fn(x)
+    except RuntimeError as e:
+        assert "refer to a single memory location" in str(e), e
+        assert torch.equal(x.cpu(), torch.arange(10.0))
+    else:
+        raise SystemExit("a partial overlap was not refused")
+x, x_cpu = torch.arange(10.0, device="flagos"), torch.arange(10.0)
+x[::2].add_(x[::2])
+x_cpu[::2].add_(x_cpu[::2])
+assert torch.equal(x.cpu(), x_cpu)
+print("ok")
+"""
+    env = dict(os.environ, FLAGOS_FAST_PATH="0")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]

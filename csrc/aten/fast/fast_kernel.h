@@ -139,6 +139,7 @@ class Mapped {
     return static_cast<T&&>(v_);
   }
   void sync() {}
+  void share(SharedAliasStorage&) {}
   at::Tensor* original_of(const void*) {
     return nullptr;
   }
@@ -173,6 +174,11 @@ class MappedTensor {
   void sync() {
     if (written_) {
       sync_from_alias(src_, alias_);
+    }
+  }
+  void share(SharedAliasStorage& shared) {
+    if (alias_.defined()) {
+      shared.add(src_, alias_, written_);
     }
   }
   // The caller's tensor when `result` is (our alias of) this argument.
@@ -225,6 +231,11 @@ class Mapped<const std::optional<at::Tensor>&> {
       sync_from_alias(*src_, *alias_);
     }
   }
+  void share(SharedAliasStorage& shared) {
+    if (alias_.has_value()) {
+      shared.add(*src_, *alias_, written_);
+    }
+  }
   at::Tensor* original_of(const void*) {
     return nullptr;
   }
@@ -268,6 +279,13 @@ class Mapped<at::TensorList> {
     for (size_t i = 0; i < src_.size(); ++i) {
       if (is_flagos(src_[i])) {
         sync_from_alias(src_[i], mapped_[i]);
+      }
+    }
+  }
+  void share(SharedAliasStorage& shared) {
+    for (size_t i = 0; is_mapped_ && i < src_.size(); ++i) {
+      if (is_flagos(src_[i])) {
+        shared.add(src_[i], mapped_[i], written_);
       }
     }
   }
@@ -317,6 +335,15 @@ class Mapped<const at::ITensorListRef&> {
     return ref_.has_value() ? *ref_ : src_;
   }
   void sync() {}
+  void share(SharedAliasStorage& shared) {
+    size_t i = 0;
+    for (const at::Tensor& t : src_) {
+      if (ref_.has_value() && is_flagos(t)) {
+        shared.add(t, mapped_[i], false);
+      }
+      ++i;
+    }
+  }
   at::Tensor* original_of(const void*) {
     return nullptr;
   }
@@ -369,6 +396,14 @@ class Mapped<const c10::List<std::optional<at::Tensor>>&> {
     return mapped_.has_value() ? *mapped_ : src_;
   }
   void sync() {}
+  void share(SharedAliasStorage& shared) {
+    for (size_t i = 0; mapped_.has_value() && i < src_.size(); ++i) {
+      const std::optional<at::Tensor> t = src_.get(i);
+      if (t.has_value() && is_flagos(*t)) {
+        shared.add(*t, *mapped_->get(i), false);
+      }
+    }
+  }
   at::Tensor* original_of(const void*) {
     return nullptr;
   }
@@ -504,6 +539,10 @@ C10_NOINLINE uint8_t route_of_sized_call(const routing::OpEntry& e, const A&... 
 
 template <class Op, bool Direct, class R, class... Args>
 struct FastKernel<Op, Direct, R(Args...)> {
+  // Arguments that may carry tensors; a call that writes one and has another gives aliases over
+  // one flagos storage one alias storage (SharedAliasStorage), for the kernels' overlap checks.
+  static constexpr size_t kTensorArgs = (size_t{needs_mapping_v<Args>} + ... + 0);
+
   static R run(c10::DispatchKeySet keys, Args... args) {
     static const OpInfo info = make_info(Op::name, Op::overload_name, sizeof...(Args));
     routing::OpEntry& e = *info.entry;
@@ -529,6 +568,13 @@ struct FastKernel<Op, Direct, R(Args...)> {
     const c10::DeviceIndex index = devices.finish();
     if (!(Direct && target().direct)) {
       (std::get<I>(m).map(((info.written >> I) & 1) != 0), ...);
+      if constexpr (kTensorArgs >= 2) {
+        if (info.written != 0) {
+          SharedAliasStorage shared;
+          (std::get<I>(m).share(shared), ...);
+          shared.apply();
+        }
+      }
     }
     const auto keyset = target().keyset;
     auto kernel = [&]() -> R { return Op::redispatch(keyset, std::get<I>(m).get()...); };

@@ -128,6 +128,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   DeviceScope scope(device_side.device().index());
   at::Tensor native_dst = is_flagos(dst) ? native_alias(dst) : dst;
   at::Tensor native_src = is_flagos(self) ? native_alias(self) : self;
+  if (is_flagos(dst) && is_flagos(self)) {
+    // One storage for the two when they share one, so the CPU copy refuses a partial overlap.
+    SharedAliasStorage shared;
+    shared.add(dst, native_dst, true);
+    shared.add(self, native_src, false);
+    shared.apply();
+  }
   native_dst.copy_(native_src, non_blocking);
   if (is_flagos(dst)) {
     release_alias(native_dst);
