@@ -270,3 +270,52 @@ def test_factory_results_feed_kernels() -> None:
         torch.eye(4) * 2 + torch.ones(4, 4)
     )
     assert_on_flagos_like(a @ b, ref)
+
+
+@pytest.fixture
+def deterministic_fill():  # noqa: ANN201
+    """torch.use_deterministic_algorithms(True), which fills uninitialised memory by default."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+DETERMINISTIC_EMPTY = {
+    "empty": lambda dev, dtype: torch.empty(4, 3, device=dev, dtype=dtype),
+    "empty_strided": lambda dev, dtype: torch.empty_strided(
+        (4, 3), (1, 4), device=dev, dtype=dtype
+    ),
+    "empty_like": lambda dev, dtype: torch.empty_like(torch.ones(5, device=dev, dtype=dtype)),
+    "new_empty": lambda dev, dtype: torch.ones(1, device=dev).new_empty(3, dtype=dtype),
+    "resize_ grown": lambda dev, dtype: torch.ones(2, device=dev, dtype=dtype).resize_(3, 4),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("name", sorted(DETERMINISTIC_EMPTY))
+def test_deterministic_algorithms_fill_new_memory_like_cpu(
+    name: str, dtype: torch.dtype, deterministic_fill: None
+) -> None:
+    make = DETERMINISTIC_EMPTY[name]
+    torch.full((64,), 7, device=FLAGOS).sum()  # leave used blocks in the cache
+    expected = make("cpu", dtype)  # NaN for floating types, the dtype's maximum otherwise
+    result = make(FLAGOS, dtype)
+    assert result.device == FLAGOS
+    torch.testing.assert_close(result.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+
+
+def test_without_deterministic_algorithms_empty_is_not_filled() -> None:
+    assert not torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        block = torch.full((8,), 3.0, device=FLAGOS)
+        del block
+        # The cache hands the same block back, unfilled: what CPU and CUDA do with the flag off.
+        assert not torch.isnan(torch.empty(8, device=FLAGOS).cpu()).any()
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        torch.use_deterministic_algorithms(False)

@@ -4,8 +4,11 @@
 #include "runtime/accelerator.h"
 #include "runtime/storage.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -45,6 +48,15 @@ void resize_impl(
   }
 }
 
+// torch.use_deterministic_algorithms(True) with fill_uninitialized_memory (its default): new
+// memory is filled with NaN (floating and complex) or the dtype's maximum, as CPU's and CUDA's
+// empty and resize_ do.
+bool fill_uninitialized() {
+  const auto& context = at::globalContext();
+  return C10_UNLIKELY(
+      context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory());
+}
+
 } // namespace
 
 c10::DeviceIndex factory_device_index(std::optional<at::Device> device) {
@@ -69,12 +81,16 @@ at::Tensor empty_memory_format(
   check_factory_options(layout, pin_memory);
   const auto index = factory_device_index(device);
   DeviceScope scope(index);
-  return at::detail::empty_generic(
+  at::Tensor result = at::detail::empty_generic(
       size,
       accelerator().device_allocator(),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::dtype_or_default(dtype),
       memory_format);
+  if (fill_uninitialized()) {
+    at::native::fill_empty_deterministic_(result);
+  }
+  return result;
 }
 
 at::Tensor empty_strided(
@@ -87,12 +103,16 @@ at::Tensor empty_strided(
   check_factory_options(layout, pin_memory);
   const auto index = factory_device_index(device);
   DeviceScope scope(index);
-  return at::detail::empty_strided_generic(
+  at::Tensor result = at::detail::empty_strided_generic(
       size,
       stride,
       accelerator().device_allocator(),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::dtype_or_default(dtype));
+  if (fill_uninitialized()) {
+    at::native::fill_empty_deterministic_(result);
+  }
+  return result;
 }
 
 at::Tensor as_strided(
@@ -114,11 +134,15 @@ at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntAr
 const at::Tensor& resize_(
     const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
+  const auto old_nbytes = static_cast<int64_t>(impl->unsafe_storage().nbytes());
   resize_impl(impl, size, std::nullopt);
   if (memory_format.has_value()) {
     TORCH_CHECK(
         *memory_format != at::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
     impl->empty_tensor_restride(*memory_format);
+  }
+  if (fill_uninitialized()) {
+    at::native::fill_resize_deterministic_(self, old_nbytes);
   }
   return self;
 }
