@@ -354,6 +354,31 @@ def test_per_process_memory_fraction_limits_reservations() -> None:
         torch.flagos.set_per_process_memory_fraction(0.5, torch.flagos.device_count())
 
 
+def test_per_process_memory_fraction_limits_operator_results() -> None:
+    # A kernel's result counts against the limit as a factory's does (on the cpu accelerator
+    # the CPU kernel allocates it and flagos adopts it; there the adoption is refused).
+    mib = 1 << 20
+    a = torch.ones(3 * 1024, device="flagos:0")  # outer(a, a): 36 MiB of float32
+    total = torch.flagos.mem_get_info(0)[1]
+    torch.flagos.empty_cache()
+    fraction = (torch.flagos.memory_reserved(0) + 16 * mib) / total
+    ooms = torch.flagos.memory_stats(0)["num_ooms"]
+    allocated = torch.flagos.memory_allocated(0)
+    try:
+        torch.flagos.set_per_process_memory_fraction(fraction, 0)
+        small = torch.outer(a[:512], a[:512])  # 1 MiB: within the limit
+        assert torch.equal(small.cpu(), torch.ones(512, 512))
+        del small
+        with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+            torch.outer(a, a)
+        assert torch.flagos.memory_stats(0)["num_ooms"] > ooms
+        assert torch.flagos.memory_allocated(0) == allocated  # nothing of the refused result
+        assert torch.equal(a.cpu(), torch.ones(3 * 1024))
+    finally:
+        torch.flagos.set_per_process_memory_fraction(1.0, 0)
+    assert torch.outer(a, a).shape == (3 * 1024, 3 * 1024)
+
+
 def test_older_memory_names_and_nested_statistics() -> None:
     held = torch.empty(1 << 20, dtype=torch.uint8, device="flagos:0")
     nested = torch.flagos.memory_stats_as_nested_dict(0)

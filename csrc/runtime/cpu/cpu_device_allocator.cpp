@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace torch_fl::cpu {
@@ -94,7 +95,9 @@ struct CpuDeviceAllocator::AdoptedBlock {
 
 struct CpuDeviceAllocator::DeviceState {
   mutable std::mutex mutex;
-  double memory_fraction = 1.0; // of getMemoryInfo's total, as torch.cuda's per-process limit
+  // Of getMemoryInfo's total, as torch.cuda's per-process limit. Atomic: adopting a kernel's
+  // result reads it on every routed call without the lock.
+  std::atomic<double> memory_fraction{1.0};
   std::multimap<size_t, Block*> free_blocks;    // cached, by size
   std::unordered_map<const void*, Block*> live; // handed out
   AdoptedBlock* adopted = nullptr;              // head of the adopted list
@@ -163,10 +166,11 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
 
 bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, size_t size) {
   std::lock_guard<std::mutex> lock(st.mutex);
-  if (st.memory_fraction >= 1.0) {
+  const double fraction = st.memory_fraction.load();
+  if (fraction >= 1.0) {
     return true;
   }
-  const auto limit = static_cast<double>(getMemoryInfo(device).second) * st.memory_fraction;
+  const auto limit = static_cast<double>(getMemoryInfo(device).second) * fraction;
   const auto reserved = static_cast<size_t>(st.stats.reserved_bytes[0].current);
   return static_cast<double>(reserved + size) <= limit;
 }
@@ -186,9 +190,15 @@ void* CpuDeviceAllocator::new_segment(
     } catch (const c10::Error&) {
     }
   }
+  raise_out_of_memory(st, device, nbytes);
+}
+
+void CpuDeviceAllocator::raise_out_of_memory(
+    DeviceState& st, c10::DeviceIndex device, size_t nbytes) {
   std::lock_guard<std::mutex> lock(st.mutex);
   st.stats.num_ooms += 1;
-  const bool limited = st.memory_fraction < 1.0;
+  const double fraction = st.memory_fraction.load();
+  const bool limited = fraction < 1.0;
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       false,
@@ -202,7 +212,7 @@ void* CpuDeviceAllocator::new_segment(
       st.stats.reserved_bytes[0].current,
       " reserved (cpu accelerator: host memory",
       limited ? "; the process may use " : "",
-      limited ? std::to_string(st.memory_fraction) : "",
+      limited ? std::to_string(fraction) : "",
       limited ? " of it, set by torch.flagos.set_per_process_memory_fraction" : "",
       "). Free tensors or call torch.flagos.empty_cache().");
 }
@@ -212,15 +222,11 @@ void CpuDeviceAllocator::set_memory_fraction(double fraction, c10::DeviceIndex d
       fraction >= 0.0 && fraction <= 1.0,
       "set_per_process_memory_fraction: the fraction must be within [0, 1], got ",
       fraction);
-  auto& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mutex);
-  st.memory_fraction = fraction;
+  state(device).memory_fraction.store(fraction);
 }
 
 double CpuDeviceAllocator::memory_fraction(c10::DeviceIndex device) const {
-  auto& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mutex);
-  return st.memory_fraction;
+  return state(device).memory_fraction.load();
 }
 
 void CpuDeviceAllocator::release(Block* block) {
@@ -253,6 +259,10 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     return c10::DataPtr(nullptr, where);
   }
   auto& st = state(device);
+  if (C10_UNLIKELY(st.memory_fraction.load(std::memory_order_relaxed) < 1.0)) {
+    // A kernel's result counts against the per-process limit as the pool's own blocks do.
+    check_limit_for_adopted(st, device, nbytes); // on refusal, `native` is freed by the caller
+  }
   auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
   {
     std::lock_guard<std::mutex> lock(st.mutex);
@@ -265,6 +275,17 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     st.adopted = adopted;
   }
   return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
+}
+
+void CpuDeviceAllocator::check_limit_for_adopted(
+    DeviceState& st, c10::DeviceIndex device, size_t nbytes) {
+  if (within_limit(st, device, nbytes)) {
+    return;
+  }
+  emptyCache({0, 0}); // as for the pool's own blocks: free the cache, then try once more
+  if (!within_limit(st, device, nbytes)) {
+    raise_out_of_memory(st, device, nbytes);
+  }
 }
 
 void CpuDeviceAllocator::free_adopted(void* ctx) {

@@ -53,6 +53,9 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   bool within_limit(DeviceState& st, c10::DeviceIndex device, size_t size);
   // Fresh memory for a block of `size` bytes, or torch.OutOfMemoryError.
   void* new_segment(DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes);
+  [[noreturn]] void raise_out_of_memory(DeviceState& st, c10::DeviceIndex device, size_t nbytes);
+  C10_NOINLINE void check_limit_for_adopted(
+      DeviceState& st, c10::DeviceIndex device, size_t nbytes);
   static void free_block(void* ctx);
   static void free_adopted(void* ctx);
   static void raw_free(void* ptr);
