@@ -24,13 +24,29 @@ void FlagosGenerator::set_current_seed(uint64_t seed) {
   native_.set_current_seed(seed);
 }
 
+// A CPU generator (the cpu accelerator's) is an mt19937 without a Philox offset. torch pickles
+// and deep-copies every non-CPU generator as (seed, offset, state) and restores the offset before
+// the state, so the offset reads as 0 and only 0 is accepted back; the state carries the rest.
 void FlagosGenerator::set_offset(uint64_t offset) {
   std::lock_guard<std::mutex> lock(native_.unsafeGetGeneratorImpl()->mutex_);
+  if (native_.device().type() == c10::DeviceType::CPU) {
+    TORCH_CHECK(
+        offset == 0,
+        "set_offset(",
+        offset,
+        "): flagos generators on the cpu accelerator are CPU's mt19937, which has no Philox "
+        "offset (get_offset() reports 0 and only 0 is accepted). Save and restore a generator's "
+        "position with get_state() and set_state(), as pickle and copy.deepcopy do.");
+    return;
+  }
   native_.set_offset(offset);
 }
 
 uint64_t FlagosGenerator::get_offset() const {
   std::lock_guard<std::mutex> lock(native_.unsafeGetGeneratorImpl()->mutex_);
+  if (native_.device().type() == c10::DeviceType::CPU) {
+    return 0;
+  }
   return native_.get_offset();
 }
 

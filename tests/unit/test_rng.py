@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 
@@ -95,6 +98,28 @@ def test_generator_clone_state_via_graphsafe_or_get_state() -> None:
 
 
 @pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("device", ["flagos:0", "flagos:1"])
+def test_generator_pickles_and_deep_copies_with_its_position(device: str) -> None:
+    g = torch.Generator(device).manual_seed(7)
+    draw(device, g)  # move it off its seed
+    copied = copy.deepcopy(g)
+    unpickled = pickle.loads(pickle.dumps(g))
+    expected = draw(device, g)
+    for other in (copied, unpickled):
+        assert other.device == torch.device(device)
+        assert other.initial_seed() == 7
+        assert torch.equal(draw(device, other), expected)
+
+
+@pytest.mark.skipif(not ON_CPU_ACCELERATOR, reason="cuda generators are Philox: offsets work")
+def test_generator_offset_on_cpu_accelerator() -> None:
+    g = torch.Generator("flagos").manual_seed(3)
+    assert g.get_offset() == 0
+    g.set_offset(0)  # what unpickling does; the state carries the position
+    with pytest.raises(RuntimeError, match="no Philox offset.*get_state"):
+        g.set_offset(5)
+
+
 def test_per_device_generators_are_independent() -> None:
     F.manual_seed_all(11)
     state0 = F.get_rng_state(0)
