@@ -57,6 +57,12 @@ py::dict memory_stats(c10::DeviceIndex index) {
   d["num_ooms"] = s.num_ooms;
   d["num_device_alloc"] = s.num_device_alloc;
   d["num_device_free"] = s.num_device_free;
+  // The rest of torch.cuda.memory_stats's keys (the cpu accelerator's pool never splits blocks,
+  // so they stay 0 there).
+  d["num_sync_all_streams"] = s.num_sync_all_streams;
+  d["max_split_size"] = s.max_split_size;
+  d["oversize_allocations"] = stat_dict(s.oversize_allocations);
+  d["oversize_segments"] = stat_dict(s.oversize_segments);
   return d;
 }
 

@@ -122,6 +122,19 @@ def test_memory_stats_keys_and_consistency() -> None:
     assert list(stats) == sorted(stats)
 
 
+def test_memory_stats_has_every_key_torch_reports() -> None:
+    # torch.accelerator.memory_stats flattens the same allocator's statistics itself: code
+    # written for torch.cuda.memory_stats (stats["num_sync_all_streams"], ...) finds its keys.
+    keep = torch.empty(1000, device="flagos")
+    ours = torch.flagos.memory_stats()
+    torchs = torch.accelerator.memory_stats()
+    assert set(torchs) <= set(ours), sorted(set(torchs) - set(ours))
+    for key in ("num_sync_all_streams", "max_split_size", "oversize_allocations.current"):
+        assert isinstance(ours[key], int)
+    assert ours["allocated_bytes.all.current"] == torchs["allocated_bytes.all.current"]
+    del keep
+
+
 def test_small_and_large_pools() -> None:
     before = torch.flagos.memory_stats()
     small = torch.empty(1024, dtype=torch.uint8, device="flagos")
