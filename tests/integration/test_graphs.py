@@ -158,6 +158,21 @@ def test_host_graph_pools_reset_and_misuse() -> None:
         torch.flagos.FlagOSGraph().capture_begin()
 
 
+def test_replay_needs_a_capture_and_an_empty_capture_warns() -> None:
+    # As torch.cuda.CUDAGraph: replay before any capture (or after reset) is an error; a capture
+    # of nothing warns, and its replay does nothing.
+    g = torch.flagos.FlagOSGraph()
+    with pytest.raises(RuntimeError, match="without a preceding"):
+        g.replay()
+    with pytest.warns(UserWarning, match="is empty"):
+        with torch.flagos.graph(g):
+            pass
+    g.replay()
+    g.reset()
+    with pytest.raises(RuntimeError, match="without a preceding"):
+        g.replay()
+
+
 @pytest.mark.skipif(ON_CUDA, reason="the refusal is the cpu accelerator's")
 def test_cpu_accelerator_refuses_device_graph_entry_points() -> None:
     with pytest.raises(RuntimeError, match="needs a device accelerator.*records and replays"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 from typing import Any
 
 import torch
@@ -104,24 +105,37 @@ class HostGraph:
         self._recorder: _Recorder | None = None
         self._steps: list[tuple[Any, tuple, dict, Any]] = []
         self._pool: tuple[int, int] | None = None
+        self._captured = False
 
     def capture_begin(self, pool: tuple[int, int] | None = None) -> None:
-        if self._recorder is not None or self._steps:
+        if self._recorder is not None or self._captured:
             raise RuntimeError("this FlagOSGraph holds a capture already; reset() it first")
         self._pool = pool if pool is not None else new_pool_id()
         self._recorder = _Recorder()
         self._recorder.__enter__()
 
-    def capture_end(self) -> None:
+    def capture_end(self, warn_if_empty: bool = True) -> None:
         if self._recorder is None:
             raise RuntimeError("capture_end() without capture_begin()")
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
         self._steps = recorder.steps
+        self._captured = True
+        if warn_if_empty and not self._steps:  # as CUDA warns of an empty graph
+            warnings.warn(
+                "The FlagOSGraph is empty: no flagos operator ran during the capture. This "
+                "usually means the work was issued on another device or before capture_begin.",
+                stacklevel=4,
+            )
 
     def replay(self) -> None:
         if self._recorder is not None:
             raise RuntimeError("replay() during capture: end the capture first")
+        if not self._captured:
+            raise RuntimeError(
+                "FlagOSGraph.replay() without a preceding capture: capture first "
+                "(`with torch.flagos.graph(g): ...`, or capture_begin() and capture_end())"
+            )
         with torch.no_grad():
             for func, args, kwargs, out in self._steps:
                 fresh = func(*args, **kwargs)
@@ -134,6 +148,7 @@ class HostGraph:
             self.capture_end()
         self._steps = []
         self._pool = None
+        self._captured = False
 
     def debug_dump(self, path: str) -> None:
         with open(path, "w") as f:

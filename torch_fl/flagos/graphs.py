@@ -75,8 +75,14 @@ class FlagOSGraph:
 
     def capture_end(self) -> None:
         """Ends the capture; unless `keep_graph`, the graph is also instantiated."""
+        self._end_capture(warn_if_empty=True)
+
+    def _end_capture(self, warn_if_empty: bool) -> None:
         _C._note_capture_end()
-        self._native.capture_end()
+        if isinstance(self._native, HostGraph):
+            self._native.capture_end(warn_if_empty)
+        else:
+            self._native.capture_end()
 
     def instantiate(self) -> None:
         if not isinstance(self._native, HostGraph):  # a host graph needs no instantiation
@@ -154,7 +160,8 @@ class graph:  # noqa: N801 (named as torch.cuda.graph)
 
     def __exit__(self, *exc: object) -> bool:
         try:
-            self.flagos_graph.capture_end()
+            # A capture that failed is ended without a warning that it is empty.
+            self.flagos_graph._end_capture(warn_if_empty=exc[0] is None)
         finally:
             self._stream_ctx.__exit__(*exc)
         return False
