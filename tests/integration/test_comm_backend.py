@@ -360,3 +360,39 @@ def test_polling_is_completed_finishes_host_staged_outputs(monkeypatch) -> None:
         assert time.monotonic() < deadline, "work never completed"
         time.sleep(0.001)
     torch.testing.assert_close(out.cpu(), torch.arange(1.0, 5.0))
+
+
+# ---- the device a rank runs on ---------------------------------------------------------------
+
+_MESH_SCRIPT = """
+import os, sys, torch, torch.distributed as dist, torch_fl
+from torch.distributed.device_mesh import init_device_mesh
+assert not torch.flagos.is_initialized(), "importing torch_fl used no device"
+if sys.argv[1] == "used":
+    torch.ones(1, device="flagos")  # the process chose flagos:0 before the mesh
+    assert torch.flagos.is_initialized()
+dist.init_process_group("flagos", store=dist.HashStore(), rank=0, world_size=1)
+init_device_mesh("flagos", (1,))
+print("DEVICE", torch.flagos.current_device())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices")
+@pytest.mark.parametrize(("state", "expected"), [("fresh", 1), ("used", 0)])
+def test_device_mesh_puts_a_fresh_rank_on_its_local_rank_device(state: str, expected: int) -> None:
+    # As for CUDA under torchrun: DeviceMesh sets LOCAL_RANK's device in a process that has not
+    # used the device yet (torch.flagos.is_initialized() False) and keeps the user's otherwise.
+    import os
+    import subprocess
+
+    env = dict(os.environ, LOCAL_RANK="1")
+    result = subprocess.run(
+        [sys.executable, "-c", _MESH_SCRIPT, state],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"DEVICE {expected}" in result.stdout, result.stdout + result.stderr[-2000:]

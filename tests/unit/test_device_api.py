@@ -25,8 +25,8 @@ def test_is_available_and_device_count() -> None:
         import os
 
         assert count == int(os.environ.get("FLAGOS_CPU_DEVICE_COUNT") or 2)
+    F.init()  # marks the device in use, as torch.cuda.init does
     assert F.is_initialized()
-    F.init()  # harmless
 
 
 def test_torch_accelerator_reports_flagos() -> None:

@@ -49,6 +49,7 @@ def current_device() -> int:
 def set_device(device: DeviceLike) -> None:
     index = device_index(device)
     if index >= 0:
+        _lazy_init()  # as torch.cuda.set_device: choosing a device is using the runtime
         _C._set_device(index)
 
 
@@ -67,25 +68,36 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+# Whether this process has used the device (made a tensor on it, chose a device, called init),
+# as torch.cuda.is_initialized tells: torch asks it to decide whether a device is still free to
+# choose (DeviceMesh picks LOCAL_RANK's device only for a process that has not used one yet).
+# Only ever set, to True; a plain bool is enough across threads.
+_initialized = False
+
+
 def is_initialized() -> bool:
-    return not _is_in_bad_fork()
+    return _initialized and not _is_in_bad_fork()
 
 
 def init() -> None:
-    """Nothing to do: the device is ready once torch_fl is imported."""
+    """Marks the device as in use (torch.cuda.init's counterpart); it needs no other setup."""
+    _lazy_init()
 
 
 def _lazy_init() -> None:
     """torch calls this before the first factory call or `.to()` naming a flagos device (as
     torch.cuda._lazy_init); without it torch looks it up again on every such call. The device
-    needs no initialization; a process forked after its parent started the device runtime gets
-    the error torch.cuda gives there, before any tensor is made."""
+    needs no initialization beyond being marked in use; a process forked after its parent
+    started the device runtime gets the error torch.cuda gives there, before any tensor is
+    made."""
+    global _initialized
     if _is_in_bad_fork():
         raise RuntimeError(
             "Cannot initialize flagos in a process forked after its parent started the device "
             "runtime. Start worker processes with the 'spawn' or 'forkserver' method "
             "(multiprocessing.set_start_method('spawn'))."
         )
+    _initialized = True
 
 
 def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
