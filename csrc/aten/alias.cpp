@@ -366,12 +366,15 @@ bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexce
 }
 
 void SharedAliasStorage::add(const at::Tensor& flagos, const at::Tensor& alias, bool written) {
-  if (!alias.defined() || alias.layout() != c10::kStrided || !alias.has_storage() ||
-      flagos.storage().data() == nullptr) {
+  if (!alias.defined()) {
+    return;
+  }
+  // unsafe_storage: no virtual call, and empty for the tensors without one (sparse aliases).
+  const c10::Storage& storage = flagos.unsafeGetTensorImpl()->unsafe_storage();
+  if (!alias.unsafeGetTensorImpl()->unsafe_storage() || !storage || storage.data() == nullptr) {
     return; // sparse aliases, and empty memory nothing can overlap
   }
-  entries_.push_back(
-      {flagos.storage().unsafeGetStorageImpl(), alias.unsafeGetTensorImpl(), written});
+  entries_.push_back({storage.unsafeGetStorageImpl(), alias.unsafeGetTensorImpl(), written});
 }
 
 void SharedAliasStorage::apply() {

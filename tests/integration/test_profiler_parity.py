@@ -88,3 +88,19 @@ def test_legacy_profiler_times_flagos_operators() -> None:
     assert 0 < mm.cpu_time_total < 10e6  # microseconds
     assert 0 <= mm.device_time_total < 10e6
     assert all(0 <= event.cpu_time_total < 10e6 for event in averages.values())
+
+
+def test_profile_memory_counts_flagos_memory_as_device_memory() -> None:
+    # profile_memory=True: flagos allocations are device memory events, as CUDA's are (the cpu
+    # accelerator's pool reports them; on the cuda accelerator torch's CUDA pool does).
+    activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    x = torch.ones(1000, device="flagos")
+    with profile(activities=activities, profile_memory=True) as prof:
+        made = torch.empty(1000, 1000, device="flagos")
+        doubled = x * 2
+        del made
+    averages = {event.key: event for event in prof.key_averages()}
+    assert averages["aten::empty"].device_memory_usage >= 4_000_000
+    assert averages["aten::mul"].device_memory_usage >= doubled.nbytes
+    freed = [e for e in prof.events() if e.name == "[memory]" and e.device_memory_usage < 0]
+    assert any(e.device_memory_usage <= -4_000_000 for e in freed)

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 namespace torch_fl::cpu {
 
@@ -70,6 +71,27 @@ void account_adopted(
     }
   });
 }
+
+// The profiler's memory events (torch.profiler's profile_memory=True, memory timelines), as
+// CUDA's allocator reports them: `delta` bytes at `ptr`, with the device's totals after it.
+// Cheap when no profiler records memory (one thread-local lookup).
+struct ProfilerReport {
+  void* ptr;
+  int64_t delta;
+  size_t allocated;
+  size_t reserved;
+
+  ProfilerReport(void* p, int64_t d, const c10::CachingDeviceAllocator::DeviceStats& stats)
+      : ptr(p),
+        delta(d),
+        allocated(static_cast<size_t>(stats.allocated_bytes[0].current)),
+        reserved(static_cast<size_t>(stats.reserved_bytes[0].current)) {}
+
+  void send(c10::DeviceIndex device) const {
+    c10::reportMemoryUsageToProfiler(
+        ptr, delta, allocated, reserved, c10::Device(c10::DeviceType::PrivateUse1, device));
+  }
+};
 
 } // namespace
 
@@ -148,6 +170,7 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
     });
   }
   block->requested = nbytes;
+  std::optional<ProfilerReport> report;
   {
     // Account the block as handed out, which may be a reused block larger than `size`:
     // release() takes back block->size, so the two must agree.
@@ -160,7 +183,9 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
       increase(st.stats.active_bytes[p], block->size);
       increase(st.stats.requested_bytes[p], nbytes);
     });
+    report.emplace(block->ptr, static_cast<int64_t>(block->size), st.stats);
   }
+  report->send(device);
   return c10::DataPtr(block->ptr, block, &CpuDeviceAllocator::free_block, where);
 }
 
@@ -230,20 +255,27 @@ double CpuDeviceAllocator::memory_fraction(c10::DeviceIndex device) const {
 }
 
 void CpuDeviceAllocator::release(Block* block) {
-  auto& st = *devices_[block->device];
-  std::lock_guard<std::mutex> lock(st.mutex);
-  st.live.erase(block->ptr);
-  for_pools(block->size, [&](size_t p) {
-    decrease(st.stats.allocation[p], 1);
-    decrease(st.stats.active[p], 1);
-    decrease(st.stats.allocated_bytes[p], block->size);
-    decrease(st.stats.active_bytes[p], block->size);
-    decrease(st.stats.requested_bytes[p], block->requested);
-  });
-  // Ahead of cached blocks of the same size: the next request of this size takes the block
-  // freed last, whose memory is most likely still in the CPU caches (multimap's plain insert
-  // would queue it behind the others and hand out the coldest one).
-  st.free_blocks.emplace_hint(st.free_blocks.lower_bound(block->size), block->size, block);
+  const c10::DeviceIndex device = block->device;
+  auto& st = *devices_[device];
+  std::optional<ProfilerReport> report;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.live.erase(block->ptr);
+    for_pools(block->size, [&](size_t p) {
+      decrease(st.stats.allocation[p], 1);
+      decrease(st.stats.active[p], 1);
+      decrease(st.stats.allocated_bytes[p], block->size);
+      decrease(st.stats.active_bytes[p], block->size);
+      decrease(st.stats.requested_bytes[p], block->requested);
+    });
+    report.emplace(block->ptr, -static_cast<int64_t>(block->size), st.stats);
+    // Ahead of cached blocks of the same size: the next request of this size takes the block
+    // freed last, whose memory is most likely still in the CPU caches (multimap's plain insert
+    // would queue it behind the others and hand out the coldest one). Another thread may take
+    // it as soon as the lock is released.
+    st.free_blocks.emplace_hint(st.free_blocks.lower_bound(block->size), block->size, block);
+  }
+  report->send(device);
 }
 
 void CpuDeviceAllocator::free_block(void* ctx) {
@@ -264,6 +296,7 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     check_limit_for_adopted(st, device, nbytes); // on refusal, `native` is freed by the caller
   }
   auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
+  std::optional<ProfilerReport> report;
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_alloc += 1;
@@ -273,7 +306,9 @@ c10::DataPtr CpuDeviceAllocator::adopt(
       st.adopted->prev = adopted;
     }
     st.adopted = adopted;
+    report.emplace(ptr, static_cast<int64_t>(nbytes), st.stats);
   }
+  report->send(device);
   return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
 }
 
@@ -291,6 +326,7 @@ void CpuDeviceAllocator::check_limit_for_adopted(
 void CpuDeviceAllocator::free_adopted(void* ctx) {
   auto* adopted = static_cast<AdoptedBlock*>(ctx);
   auto& st = *adopted->owner->devices_[adopted->device];
+  std::optional<ProfilerReport> report;
   {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.stats.num_device_free += 1;
@@ -299,7 +335,9 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
     if (adopted->next != nullptr) {
       adopted->next->prev = adopted->prev;
     }
+    report.emplace(adopted->native.get(), -static_cast<int64_t>(adopted->size), st.stats);
   }
+  report->send(adopted->device);
   delete adopted; // releases the native allocation
 }
 
