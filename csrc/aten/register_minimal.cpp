@@ -5,6 +5,7 @@
 #include "aten/native/dropout.h"
 #include "aten/native/minimal.h"
 #include "aten/native/rnn_cells.h"
+#include "aten/native/sync_batch_norm.h"
 
 #include <torch/library.h>
 
@@ -46,6 +47,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(native::fused_lstm_cell_backward_impl));
   m.impl("_thnn_fused_gru_cell", TORCH_FN(native::fused_gru_cell));
   m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(native::fused_gru_cell_backward));
+  // nn.SyncBatchNorm's statistics kernels.
+  m.impl("batch_norm_stats", TORCH_FN(native::batch_norm_stats));
+  m.impl("batch_norm_gather_stats", TORCH_FN(native::batch_norm_gather_stats));
+  m.impl(
+      "batch_norm_gather_stats_with_counts", TORCH_FN(native::batch_norm_gather_stats_with_counts));
+  m.impl("batch_norm_elemt", TORCH_FN(native::batch_norm_elemt));
+  m.impl("batch_norm_backward_reduce", TORCH_FN(native::batch_norm_backward_reduce));
+  m.impl("batch_norm_backward_elemt", TORCH_FN(native::batch_norm_backward_elemt));
 #endif
 #if defined(FLAGOS_ACCELERATOR_CPU)
   // On device accelerators the native dropout kernel already draws from the device's default

@@ -8,8 +8,27 @@
 #include <c10/util/SmallVector.h>
 
 #include <utility>
+#include <vector>
 
 namespace torch_fl::comm {
+namespace {
+
+// all_gather_into_tensor's and reduce_scatter_tensor's world-sized tensor may have any shape of
+// the right size (nn.SyncBatchNorm gathers a [n] tensor into a [1, world * n] one), but gloo
+// splits it along dimension 0: the inner backend gets the standard layout, [world * d0, d1, ...]
+// over the same memory (contiguous, as the checks require), and a 0-dim one-rank tensor as [1].
+at::Tensor as_rank_block(const at::Tensor& rank_tensor) {
+  return rank_tensor.dim() == 0 ? rank_tensor.view({1}) : rank_tensor;
+}
+
+at::Tensor as_world_blocks(
+    const at::Tensor& world_tensor, const at::Tensor& rank_tensor, int world) {
+  std::vector<int64_t> shape = as_rank_block(rank_tensor).sizes().vec();
+  shape[0] *= world;
+  return world_tensor.view(shape);
+}
+
+} // namespace
 
 ProcessGroupFlagOS::ProcessGroupFlagOS(
     c10::intrusive_ptr<c10d::Backend> inner, std::string tier, TensorPath path)
@@ -194,8 +213,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::_allgather_base(
   call.check_dtype(output, input, "the output");
   call.check_numel(output.numel(), input.numel() * getSize(), "the output (world size x input)");
   auto inner_output = call.out(output);
-  return call.finish(
-      inner_->_allgather_base(inner_output, inner_input, opts), c10d::OpType::_ALLGATHER_BASE);
+  auto blocks = as_world_blocks(inner_output, inner_input, getSize());
+  auto block = as_rank_block(inner_input);
+  return call.finish(inner_->_allgather_base(blocks, block, opts), c10d::OpType::_ALLGATHER_BASE);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::allgather_coalesced(
@@ -308,9 +328,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::_reduce_scatter_base(
   auto inner_output = call.out(output);
   auto inner_opts = opts;
   inner_opts.reduceOp = call.reduce_op(opts.reduceOp, {&inner_input}, {inner_output}, false);
+  auto blocks = as_world_blocks(inner_input, inner_output, getSize());
+  auto block = as_rank_block(inner_output);
   return call.finish(
-      inner_->_reduce_scatter_base(inner_output, inner_input, inner_opts),
-      c10d::OpType::_REDUCE_SCATTER_BASE);
+      inner_->_reduce_scatter_base(block, blocks, inner_opts), c10d::OpType::_REDUCE_SCATTER_BASE);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::reduce_scatter_tensor_coalesced(

@@ -4,7 +4,7 @@
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
 directory), runs every collective the backend implements, a DistributedDataParallel training
-loop, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one and a distributed
+loop, nn.SyncBatchNorm, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one and a distributed
 checkpoint of an FSDP2 model, and checks each result against a reference computed in the same
 process without torch.distributed (every rank's input is a function of its rank). On the cpu
 accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each
@@ -300,6 +300,43 @@ def run_ddp(rank: int, world: int, device, steps: int = 5) -> list[str]:
     return done
 
 
+def run_sync_batch_norm(rank: int, world: int, device, steps: int = 2) -> list[str]:
+    """nn.SyncBatchNorm on flagos (statistics over every rank's batch) against BatchNorm2d on the
+    whole batch in one process: outputs, running statistics and gradients."""
+    import torch
+    import torch.distributed as dist
+
+    gen = torch.Generator().manual_seed(5)
+    reference = torch.nn.BatchNorm2d(3)
+    with torch.no_grad():
+        reference.weight.uniform_(0.5, 1.5, generator=gen)
+        reference.bias.uniform_(-0.5, 0.5, generator=gen)
+    synced = torch.nn.SyncBatchNorm(3)
+    synced.load_state_dict(reference.state_dict())
+    synced.to(device)
+    shard = slice(rank * 4, (rank + 1) * 4)
+    done: list[str] = []
+    for step in range(steps):
+        x = torch.randn(4 * world, 3, 5, 5, generator=gen) * 2 + 1
+        weights = torch.randn(4 * world, 3, 5, 5, generator=gen)
+        whole = x.clone().requires_grad_()
+        want = reference(whole)
+        (want * weights).sum().backward()
+        local = x[shard].to(device).requires_grad_()
+        got = synced(local)
+        (got * weights[shard].to(device)).sum().backward()
+        _check(f"SyncBatchNorm output {step}", got, want[shard], done, atol=1e-4)
+        _check(f"SyncBatchNorm input grad {step}", local.grad, whole.grad[shard], done, atol=1e-4)
+    # Each rank holds its batch's share of the parameter gradients (DDP would sum them).
+    for name in ("weight", "bias"):
+        grad = getattr(synced, name).grad.clone()
+        dist.all_reduce(grad)
+        _check(f"SyncBatchNorm {name} grad", grad, getattr(reference, name).grad, done, atol=1e-3)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        _check(f"SyncBatchNorm {name}", getattr(synced, name), getattr(reference, name), done)
+    return done
+
+
 def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
     """FSDP2 (fully_shard) on flagos against plain training in one process."""
     import torch
@@ -501,6 +538,7 @@ def worker(args) -> int:
             report["checks"] = (
                 run_collectives(rank, world, device)
                 + run_ddp(rank, world, device)
+                + run_sync_batch_norm(rank, world, device)
                 + run_fsdp(rank, world, device)
                 + run_tp(rank, world, device)
                 + run_dcp(rank, world, device, str(Path(args.init_file).parent / "dcp"))
