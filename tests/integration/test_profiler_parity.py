@@ -58,7 +58,9 @@ def test_cpu_trace_has_the_native_operators() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(ACCELERATOR != "cuda", reason="needs the cuda accelerator on a GPU")
+@pytest.mark.skipif(
+    ACCELERATOR not in ("cuda", "dcu"), reason="needs a GPU (the cuda or dcu accelerator)"
+)
 def test_cuda_trace_has_the_same_kernels_with_device_time() -> None:
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     native_prof = _trace("cuda", acts)

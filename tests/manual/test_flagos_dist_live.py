@@ -4,9 +4,10 @@
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
 directory), runs every collective the backend implements, a DistributedDataParallel training
-loop, nn.SyncBatchNorm, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one and a distributed
-checkpoint of an FSDP2 model, and checks each result against a reference computed in the same
-process without torch.distributed (every rank's input is a function of its rank). On the cpu
+loop, nn.SyncBatchNorm, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one
+and a distributed checkpoint of an FSDP2 model, and checks each result against a reference
+computed in the same process without torch.distributed (every rank's input is a function of its
+rank). On the cpu
 accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each
 rank takes one GPU.
 

@@ -636,6 +636,28 @@ std::string unavailable_reason(Route route) {
   return "unknown route";
 }
 
+Route table_line_route(Route route, const std::string& accelerator, bool boxing) {
+  if (route == Route::Cuda && accelerator == "dcu" && !boxing) {
+    return Route::CpuFallback;
+  }
+  return route;
+}
+
+namespace {
+
+constexpr bool kBoxing =
+#ifdef FLAGOS_BUILD_BOXING
+    true;
+#else
+    false;
+#endif
+
+Route this_builds_table_route(Route route) {
+  return table_line_route(route, accelerator().name(), kBoxing);
+}
+
+} // namespace
+
 Route default_route() {
 #ifdef FLAGOS_BUILD_BOXING
   if (is_device_accelerator()) {
@@ -743,7 +765,7 @@ std::vector<conf::Entry> parse_table(const std::string& path, bool check_availab
   }
   if (check_available) {
     for (const auto& e : entries) {
-      const auto why = unavailable_reason(*route_from_name(e.route));
+      const auto why = unavailable_reason(this_builds_table_route(*route_from_name(e.route)));
       TORCH_CHECK(
           why.empty(),
           "routing table error: ",
@@ -772,7 +794,7 @@ Table read_table(const std::string& path) {
   std::unordered_map<std::string, std::vector<SizeRule>> rules;
   Table out;
   for (const auto& e : parse_table(path, /*check_available=*/true)) {
-    const Route route = *route_from_name(e.route);
+    const Route route = this_builds_table_route(*route_from_name(e.route));
     if (e.when) {
       rules[e.op].push_back(make_size_rule(e, static_cast<uint8_t>(route)));
     } else {

@@ -39,6 +39,11 @@ FLAGOS_API std::vector<std::string> route_names();
 FLAGOS_API std::string unavailable_reason(Route route);
 FLAGOS_API Route default_route();
 
+// The route a routing-table line runs in a build. The dcu specification's default build (no
+// boxing kernels) "leaves the rest of the conf on cpu_fallback": its table's `cuda` lines run on
+// cpu_fallback there. Any other line runs its own route (an unavailable one is an error at load).
+FLAGOS_API Route table_line_route(Route route, const std::string& accelerator, bool boxing);
+
 // OpEntry::route while size rules choose each call's route (never a fast route, so fast kernels
 // hand such calls to route_call).
 constexpr uint8_t kRouteBySize = 0xFE;

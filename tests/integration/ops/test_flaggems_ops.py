@@ -15,7 +15,11 @@ from torch_fl.tools._verify import _cases, _check, _record
 
 pytestmark = [pytest.mark.flaggems, pytest.mark.flaggems_python, pytest.mark.gpu]
 
-TABLE = routing.CONFIG_DIR / "backends_flaggems.conf"
+# The table FlagGems' routes come from: backends_dcu.conf on DCU (backends_flaggems.conf with
+# some operators pinned back), backends_flaggems.conf on NVIDIA.
+TABLE = routing.CONFIG_DIR / (
+    "backends_dcu.conf" if torch_fl.build_config.ACCELERATOR == "dcu" else "backends_flaggems.conf"
+)
 
 
 def routed_ops() -> list[str]:
@@ -25,8 +29,8 @@ def routed_ops() -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def flaggems_available() -> None:
-    if torch_fl.build_config.ACCELERATOR != "cuda":
-        pytest.skip("FlagGems runs on the cuda accelerator only")
+    if torch_fl.build_config.ACCELERATOR not in ("cuda", "dcu"):
+        pytest.skip("FlagGems runs on the cuda and dcu accelerators only")
     try:
         flaggems.load()
     except Exception as exc:
