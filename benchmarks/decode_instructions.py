@@ -59,18 +59,13 @@ def decode(model, prompt, tokens: int) -> None:  # noqa: ANN001
 
 
 def mlp_step(device: str, default: bool):  # noqa: ANN201 - the step, a callable
-    """dispatch_overhead.py's MLP training step; unless `default`, as its mlp_step_eq runs it."""
+    """dispatch_overhead.py's MLP training step; unless `default`, as its mlp_step_eq runs it
+    (autograd multithreading off, SGD(foreach=False))."""
     import torch
-    from dispatch_overhead import _mlp  # this script's folder is on sys.path
+    from dispatch_overhead import _mlp_step_variant  # this script's folder is on sys.path
 
     torch.set_num_threads(1)
-    step = _mlp(device, True, foreach=None if default else False)
-
-    def run() -> None:
-        with torch.autograd.set_multithreading_enabled(default):
-            step()
-
-    return run
+    return _mlp_step_variant(device, multithreading=default, foreach=None if default else False)
 
 
 def workload(args: argparse.Namespace, device: str):  # noqa: ANN201 - a callable
@@ -148,14 +143,10 @@ def instructions(device: str, args: argparse.Namespace) -> dict[str, int]:
     counts = {"Ir": int(found.group(1))}
     if args.cache_sim:
         counts["I1mr"] = int(found.group(2))
-        counts["I1mr_torch_fl"] = _torch_fl_misses(out_file)
+        counts["I1mr_torch_fl"] = _torch_fl_cost(out_file, "I1mr")
         counts["Ir_torch_fl"] = _torch_fl_cost(out_file, "Ir")
         os.unlink(out_file)
     return counts
-
-
-def _torch_fl_misses(out_file: str) -> int:
-    return _torch_fl_cost(out_file, "I1mr")
 
 
 def _torch_fl_cost(out_file: str, event: str) -> int:

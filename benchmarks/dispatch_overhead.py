@@ -278,18 +278,21 @@ _STEP_VARIANTS = {
 }
 
 
+def _mlp_step_variant(dev: str, multithreading: bool, foreach: bool | None) -> Callable[[], object]:
+    """One MLP training step with the autograd engine's multithreading and the optimizer's
+    foreach choice given (decode_instructions.py's --workload mlp_step counts it too)."""
+    step = _mlp(dev, True, foreach=foreach)
+
+    def run() -> object:
+        with torch.autograd.set_multithreading_enabled(multithreading):
+            return step()
+
+    return run
+
+
 def _mlp_step_parts(fl_dev: str, nat_dev: str, reps: int, calls: int) -> None:
-    def variant(dev: str, multithreading: bool, foreach: bool | None) -> Callable[[], object]:
-        step = _mlp(dev, True, foreach=foreach)
-
-        def run() -> object:
-            with torch.autograd.set_multithreading_enabled(multithreading):
-                return step()
-
-        return run
-
     runs = {
-        (name, dev): variant(dev, multithreading, foreach)
+        (name, dev): _mlp_step_variant(dev, multithreading, foreach)
         for name, (_, multithreading, foreach) in _STEP_VARIANTS.items()
         for dev in (fl_dev, nat_dev)
     }

@@ -22,7 +22,7 @@ class FlagosProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
  public:
   void record(
       c10::DeviceIndex* device, ProfilerVoidEventStub* event, int64_t* cpu_ns) const override {
-    const auto& guard = accelerator().guard();
+    const auto& guard = accelerator_guard();
     const c10::Device current = guard.getDevice();
     if (device != nullptr) {
       *device = current.index();
@@ -65,7 +65,7 @@ class FlagosProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
 
   void synchronize() const override {
     for (c10::DeviceIndex i = 0; i < accelerator().device_count(); ++i) {
-      accelerator().guard().synchronizeDevice(i);
+      accelerator_guard().synchronizeDevice(i);
     }
   }
 };
