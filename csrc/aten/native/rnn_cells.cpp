@@ -1,5 +1,7 @@
 #include "aten/native/rnn_cells.h"
 
+#include "aten/native/optional_tensor.h"
+
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/sigmoid.h>
@@ -10,11 +12,7 @@ namespace torch_fl::native {
 namespace {
 
 at::Tensor with_bias(const at::Tensor& gates, const std::optional<at::Tensor>& bias) {
-  return bias.has_value() && bias->defined() ? gates + *bias : gates;
-}
-
-bool defined(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined();
+  return defined(bias) ? gates + *bias : gates;
 }
 
 } // namespace

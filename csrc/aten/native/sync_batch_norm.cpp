@@ -1,5 +1,7 @@
 #include "aten/native/sync_batch_norm.h"
 
+#include "aten/native/optional_tensor.h"
+
 #include <ATen/AccumulateType.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/full.h>
@@ -9,10 +11,6 @@
 
 namespace torch_fl::native {
 namespace {
-
-bool defined(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined();
-}
 
 // The type CUDA's kernels accumulate in: float for half and bfloat16, else the type itself.
 at::ScalarType accumulate_type(const at::Tensor& input) {
