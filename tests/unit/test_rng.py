@@ -120,6 +120,7 @@ def test_generator_offset_on_cpu_accelerator() -> None:
         g.set_offset(5)
 
 
+@pytest.mark.usefixtures("two_devices")
 def test_per_device_generators_are_independent() -> None:
     F.manual_seed_all(11)
     state0 = F.get_rng_state(0)
