@@ -35,8 +35,8 @@ OPERATORS = (
 )  # fmt: skip
 # Mismatches between the real results on the cpu accelerator (CPU's conventions) and the fake
 # ones for a non-CPU device (CUDA's), found by this check over every OpInfo, contiguous and
-# channels-last (2026-12-03; also `_embedding_bag_forward_only`'s offset2bag and
-# `native_dropout`'s mask dtype in SDPA's math path): harmless for compiled code, which
+# channels-last (2026-12-03; also `_embedding_bag_forward_only`'s offset2bag; `native_dropout`'s
+# mask, float then, is bool since 2026-12-05): harmless for compiled code, which
 # decomposes these operators (checked: batch norm, pixel shuffle, embedding bag and dropout
 # compile and match CPU), but listed rather than hidden. The convolution mismatch this check
 # found is fixed (csrc/aten/native/convolution.cpp).

@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+import torch_fl
+
 
 def make_model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
@@ -194,6 +196,29 @@ def test_dropout_train_eval() -> None:
     assert torch.equal(y[y != 0].cpu(), torch.full((1000 - zeros,), 2.0))
     drop.eval()
     assert torch.equal(drop(x).cpu(), x.cpu())
+
+
+@pytest.mark.parametrize("train", [True, None, False])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_native_dropout_mask_like_the_native_device(
+    train: bool | None, channels_last: bool
+) -> None:
+    # A bool mask in the input's layout, as the native kernels and the meta kernel (what
+    # torch.compile assumes) make it; on the cpu accelerator also the same draws as CPU's.
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=fmt)
+    native = "cuda" if torch_fl.build_config.ACCELERATOR == "cuda" else "cpu"
+    torch.manual_seed(3)
+    want_out, want_mask = torch.native_dropout(x.to(native), 0.4, train)
+    torch.flagos.manual_seed(3)
+    out, mask = torch.native_dropout(x.to("flagos"), 0.4, train)
+    assert mask.dtype == want_mask.dtype == torch.bool
+    assert (out.stride(), mask.stride()) == (want_out.stride(), want_mask.stride())
+    if native == "cpu":
+        assert torch.equal(mask.cpu(), want_mask) and torch.equal(out.cpu(), want_out)
+    else:  # another generator: the mask and the scaling must agree
+        expected = x if train is False else torch.where(mask.cpu(), x * (1 / 0.6), 0.0)
+        torch.testing.assert_close(out.cpu(), expected)
 
 
 def test_small_cnn_matches_cpu() -> None:

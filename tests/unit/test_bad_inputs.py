@@ -72,6 +72,43 @@ def test_flagos0_and_flagos1_mix_rejected(name: str) -> None:
         fn(b, a)
 
 
+CONVOLUTIONS = {
+    "conv2d": (torch.nn.functional.conv2d, (3, 2, 3, 3)),
+    "conv_transpose2d": (torch.nn.functional.conv_transpose2d, (2, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVOLUTIONS))
+@pytest.mark.parametrize("stray", ["weight", "bias"])
+def test_convolution_with_a_cpu_parameter_is_rejected(name: str, stray: str) -> None:
+    # The classic "model not moved" mistake: ATen picks the convolution's backend by the input
+    # alone, so flagos must check the parameters itself (CUDA refuses this too).
+    conv, weight_shape = CONVOLUTIONS[name]
+    x = torch.randn(1, 2, 5, 5, device="flagos")
+    weight, bias = torch.randn(weight_shape), torch.randn(3)
+    if stray == "bias":
+        weight = weight.to("flagos")
+    with pytest.raises(RuntimeError, match=rf"same device.*flagos:0 and cpu.*'{stray}'.*module.to"):
+        conv(x, weight, bias)
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_convolution_across_flagos_devices_is_rejected() -> None:
+    x = torch.randn(1, 2, 5, 5, device="flagos:0", requires_grad=True)
+    weight = torch.randn(3, 2, 3, 3, device="flagos:1", requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"flagos:0 and flagos:1.*'weight'"):
+        torch.nn.functional.conv2d(x, weight)
+    # Same-device operands still run, forward and backward, as on CPU.
+    w0 = weight.detach().to("flagos:0").requires_grad_()
+    out = torch.nn.functional.conv2d(x, w0)
+    out.sum().backward()
+    x_cpu = x.detach().cpu().requires_grad_()
+    w_cpu = weight.detach().cpu().requires_grad_()
+    torch.nn.functional.conv2d(x_cpu, w_cpu).sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), torch.nn.functional.conv2d(x_cpu, w_cpu))
+    torch.testing.assert_close(w0.grad.cpu(), w_cpu.grad)
+
+
 def test_zero_dim_cpu_tensors_allowed_with_flagos() -> None:
     a_cpu = torch.arange(6.0).reshape(2, 3)
     a = a_cpu.to("flagos")

@@ -6,6 +6,8 @@
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace torch_fl::native {
@@ -20,6 +22,36 @@ at::Tensor contiguous_native(const at::Tensor& flagos) {
   return native_alias(flagos).contiguous(); // the alias itself when already contiguous
 }
 
+// ATen sends a convolution here by its input's device alone and checks the other operands'
+// devices only on its own backends' paths, so a CPU weight (a module not moved) or one on
+// another flagos device must be refused here, as CUDA refuses it, before any alias is made.
+void check_same_device(
+    const char* op,
+    const at::Tensor& input,
+    std::initializer_list<std::pair<const char*, const at::Tensor*>> others) {
+  for (const auto& [name, tensor] : others) {
+    if (tensor != nullptr && tensor->defined()) {
+      TORCH_CHECK(
+          tensor->device() == input.device(),
+          "Expected all tensors to be on the same device, but found at least two devices, ",
+          input.device(),
+          " and ",
+          tensor->device(),
+          "! (argument '",
+          name,
+          "' of ",
+          op,
+          "; move the module to the input's device, e.g. module.to(\"",
+          input.device(),
+          "\"))");
+    }
+  }
+}
+
+const at::Tensor* optional_ptr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? &*t : nullptr;
+}
+
 } // namespace
 
 at::Tensor convolution_overrideable(
@@ -32,6 +64,8 @@ at::Tensor convolution_overrideable(
     bool transposed,
     at::IntArrayRef output_padding,
     int64_t groups) {
+  check_same_device(
+      "aten::convolution_overrideable", input, {{"weight", &weight}, {"bias", optional_ptr(bias)}});
   DeviceScope scope(input.device().index());
   std::optional<at::Tensor> native_bias;
   if (bias.has_value() && bias->defined()) {
@@ -63,6 +97,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     at::IntArrayRef output_padding,
     int64_t groups,
     std::array<bool, 3> output_mask) {
+  check_same_device(
+      "aten::convolution_backward", input, {{"grad_output", &grad_output}, {"weight", &weight}});
   DeviceScope scope(input.device().index());
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
       contiguous_native(grad_output),

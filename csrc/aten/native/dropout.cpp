@@ -17,7 +17,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   }
   const double keep = 1. - p;
   const double scale = keep == 0 ? 0. : 1. / keep;
-  at::Tensor mask = at::empty_like(input, at::MemoryFormat::Contiguous);
+  // A bool mask in the input's layout, as CUDA's kernel and recent CPU ones make it (and as the
+  // meta kernel tells torch.compile); the layout also fixes the order of the draws.
+  at::Tensor mask = at::empty_like(input, input.options().dtype(c10::kBool));
   mask.bernoulli_(keep);
   at::Tensor output = input.mul(mask).mul_(scale);
   return {output, mask};
