@@ -366,6 +366,16 @@ bool empty_alias_for_reuse(const at::Tensor& alias, const void* pyobject) noexce
 }
 
 void SharedAliasStorage::add(const at::Tensor& flagos, const at::Tensor& alias, bool written) {
+  add_entry(flagos, alias, nullptr, written);
+}
+
+void SharedAliasStorage::add_replaceable(
+    const at::Tensor& flagos, at::Tensor& alias, bool written) {
+  add_entry(flagos, alias, &alias, written);
+}
+
+void SharedAliasStorage::add_entry(
+    const at::Tensor& flagos, const at::Tensor& alias, at::Tensor* holder, bool written) {
   if (!alias.defined()) {
     return;
   }
@@ -374,7 +384,34 @@ void SharedAliasStorage::add(const at::Tensor& flagos, const at::Tensor& alias, 
   if (!alias.unsafeGetTensorImpl()->unsafe_storage() || !storage || storage.data() == nullptr) {
     return; // sparse aliases, and empty memory nothing can overlap
   }
-  entries_.push_back({storage.unsafeGetStorageImpl(), alias.unsafeGetTensorImpl(), written});
+  entries_.push_back(
+      {storage.unsafeGetStorageImpl(),
+       flagos.unsafeGetTensorImpl(),
+       alias.unsafeGetTensorImpl(),
+       holder,
+       written});
+}
+
+// `torch.add(x, y, out=x)`: natively the output *is* the first input, and TensorIterator refuses
+// to resize it to the broadcast shape; two aliases would let it resize x. A read argument that
+// is the same flagos tensor as a written one is handed the written one's alias. (Two written
+// arguments keep their own aliases: each is synced back to its tensor after the call.)
+void SharedAliasStorage::hand_written_aliases_to_their_inputs() {
+  for (const Entry& w : entries_) {
+    if (!w.written) {
+      continue;
+    }
+    for (Entry& e : entries_) {
+      if (!e.written && e.holder != nullptr && e.flagos_tensor == w.flagos_tensor &&
+          e.alias != w.alias) {
+        release_alias(*e.holder);
+        *e.holder = w.holder != nullptr
+                        ? *w.holder
+                        : at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
+        e.alias = w.alias;
+      }
+    }
+  }
 }
 
 void SharedAliasStorage::apply() {
@@ -392,6 +429,7 @@ void SharedAliasStorage::apply() {
   if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
     return;
   }
+  hand_written_aliases_to_their_inputs();
   for (Entry& e : entries_) {
     const Entry* first = nullptr;
     const Entry* first_written = nullptr;
@@ -403,7 +441,7 @@ void SharedAliasStorage::apply() {
     }
     const Entry* canonical = first_written != nullptr ? first_written : first;
     const c10::Storage& shared = canonical->alias->unsafe_storage();
-    if (canonical != &e && !e.alias->unsafe_storage().is_alias_of(shared)) {
+    if (canonical->alias != e.alias && !e.alias->unsafe_storage().is_alias_of(shared)) {
       e.alias->set_storage_keep_dtype(shared);
     }
   }

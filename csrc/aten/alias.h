@@ -39,18 +39,28 @@ FLAGOS_API bool repoint_native_alias(const at::Tensor& alias, const at::Tensor& 
 // For a call that writes an argument, the caller adds each argument's alias; apply() then gives
 // the aliases of arguments over one flagos storage one alias storage (a written argument's, which
 // the kernel may resize), so a kernel refuses a partial overlap and handles an exact one as it
-// does on the native device. Holds no references: the caller keeps the aliases alive.
+// does on the native device. TensorIterator also tells an output that is an input by tensor
+// identity (it may not be resized then): an argument added with add_replaceable that passes the
+// same flagos tensor as a written one gets that argument's alias in its place. Holds no
+// references: the caller keeps the flagos tensors and the aliases alive.
 class FLAGOS_API SharedAliasStorage {
  public:
   void add(const at::Tensor& flagos, const at::Tensor& alias, bool written);
+  // `alias` is the tensor the kernel will be handed, which apply() may replace.
+  void add_replaceable(const at::Tensor& flagos, at::Tensor& alias, bool written);
   void apply();
 
  private:
   struct Entry {
     c10::StorageImpl* flagos;
+    const c10::TensorImpl* flagos_tensor;
     c10::TensorImpl* alias;
+    at::Tensor* holder; // where the kernel's argument lives; null: not replaceable
     bool written;
   };
+  void add_entry(
+      const at::Tensor& flagos, const at::Tensor& alias, at::Tensor* holder, bool written);
+  void hand_written_aliases_to_their_inputs();
   c10::SmallVector<Entry, 6> entries_;
 };
 

@@ -147,8 +147,10 @@ void prepare_call(
   // Aliases over one flagos storage share an alias storage when the call writes (see
   // SharedAliasStorage); copies are separate memory either way.
   std::optional<SharedAliasStorage> shared;
+  c10::SmallVector<at::Tensor, 4> shared_originals;
   if (plan.has_written && mapping == Mapping::Alias) {
     shared.emplace();
+    shared_originals.reserve(plan.args.size());
   }
   for (const auto& a : plan.args) {
     auto& v = (*stack)[begin + a.index];
@@ -163,15 +165,20 @@ void prepare_call(
         const auto& t = v.toTensor();
         if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
           auto mapped = to_native(t, a.written, mapping);
-          if (shared) {
-            shared->add(t, mapped, a.written);
-          }
           if (a.written) {
             call.written.push_back({t, mapped});
           } else if (call.release_aliases) {
             call.read.push_back(mapped);
           }
-          v = std::move(mapped);
+          if (shared) {
+            // The stack slot will hold the alias, and apply() may replace it there; the flagos
+            // tensor is kept alive until then.
+            shared_originals.push_back(t);
+            v = std::move(mapped);
+            shared->add_replaceable(shared_originals.back(), v.toTensor(), a.written);
+          } else {
+            v = std::move(mapped);
+          }
         }
         break;
       }

@@ -249,6 +249,33 @@ TEST(SharedAliasStorage, AliasesOfOneStorageShareTheWrittenOnesStorage) {
   EXPECT_THROW(written.slice(0, 0, 16).copy_(read.slice(0, 0, 16)), c10::Error);
 }
 
+TEST(SharedAliasStorage, AnInputThatIsTheOutputGetsTheOutputsAlias) {
+  // torch.add(x, y, out=x): TensorIterator knows the output is an input by tensor identity.
+  at::Tensor x = filled_flagos(0);
+  at::Tensor y = filled_flagos(0);
+  at::Tensor x_read = native_alias(x);
+  at::Tensor y_read = native_alias(y);
+  at::Tensor x_out = native_alias(x, /*resizable=*/true);
+  SharedAliasStorage shared;
+  shared.add_replaceable(x, x_read, false);
+  shared.add_replaceable(y, y_read, false);
+  shared.add_replaceable(x, x_out, true);
+  shared.apply();
+  EXPECT_TRUE(x_read.is_same(x_out));
+  EXPECT_FALSE(y_read.is_same(x_out));
+  EXPECT_EQ(x_out.data_ptr(), x.data_ptr());
+  // A view of x is another tensor: it shares the storage, not the alias.
+  at::Tensor view = x.slice(0, 0, 4);
+  at::Tensor view_read = native_alias(view);
+  at::Tensor out2 = native_alias(x, /*resizable=*/true);
+  SharedAliasStorage second;
+  second.add_replaceable(view, view_read, false);
+  second.add_replaceable(x, out2, true);
+  second.apply();
+  EXPECT_FALSE(view_read.is_same(out2));
+  EXPECT_TRUE(view_read.storage().is_alias_of(out2.storage()));
+}
+
 TEST(SharedAliasStorage, NothingSharedIsLeftAlone) {
   at::Tensor a = filled_flagos(0);
   at::Tensor b = filled_flagos(0);

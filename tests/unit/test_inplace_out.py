@@ -313,6 +313,37 @@ def test_overlap_between_devices_is_no_overlap() -> None:
     assert torch.equal(y.cpu(), torch.cat([torch.zeros(1), torch.arange(9.0)]))
 
 
+# An output that is also an input may not be resized to the broadcast shape (TensorIterator
+# refuses it), where a separate output would be resized.
+OUTPUT_IS_AN_INPUT = {
+    "add_out": lambda x, y: torch.add(x, y, out=x),
+    "add_out_second_input": lambda x, y: torch.add(y, x, out=x),
+    "mul_out": lambda x, y: torch.mul(x, y, out=x),
+    "maximum_out": lambda x, y: torch.maximum(x, y, out=x),
+    "atan2_out": lambda x, y: torch.atan2(x, y, out=x),
+    "logical_and_": lambda x, y: x.logical_and_(y),
+    "ldexp_": lambda x, y: x.ldexp_(y),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUTPUT_IS_AN_INPUT))
+def test_an_output_that_is_an_input_is_not_resized(name: str) -> None:
+    fn = OUTPUT_IS_AN_INPUT[name]
+    x_native = torch.ones(5, 1, device=NATIVE_DEVICE)
+    with pytest.raises(RuntimeError) as on_native:
+        fn(x_native, torch.ones(5, device=NATIVE_DEVICE))
+    x = torch.ones(5, 1, device="flagos")
+    with pytest.raises(RuntimeError) as on_flagos:
+        fn(x, torch.ones(5, device="flagos"))
+    assert str(on_flagos.value).splitlines()[0] == str(on_native.value).splitlines()[0]
+    assert x.shape == (5, 1) and torch.equal(x.cpu(), x_native.cpu())
+    # A distinct output is still resized, as natively.
+    out = torch.ones(5, 1, device="flagos")
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(x, torch.ones(5, device="flagos"), out=out)
+    assert out.shape == (5, 5)
+
+
 def test_partial_overlap_is_refused_without_fast_kernels() -> None:
     # The boxed router (every operator without a fast kernel, or all with FLAGOS_FAST_PATH=0).
     script = """
@@ -327,6 +358,14 @@ for fn in (lambda x: x[1:].add_(x[:-1]), lambda x: torch.mul(x[:-1], 2, out=x[1:
         assert torch.equal(x.cpu(), torch.arange(10.0))
     else:
         raise SystemExit("a partial overlap was not refused")
+x = torch.ones(5, 1, device="flagos")
+try:
+    torch.add(x, torch.ones(5, device="flagos"), out=x)
+except RuntimeError as e:
+    assert "doesn't match the broadcast shape" in str(e), e
+else:
+    raise SystemExit("an output that is an input was resized")
+assert x.shape == (5, 1)
 x, x_cpu = torch.arange(10.0, device="flagos"), torch.arange(10.0)
 x[::2].add_(x[::2])
 x_cpu[::2].add_(x_cpu[::2])

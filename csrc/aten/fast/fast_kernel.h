@@ -178,7 +178,7 @@ class MappedTensor {
   }
   void share(SharedAliasStorage& shared) {
     if (alias_.defined()) {
-      shared.add(src_, alias_, written_);
+      shared.add_replaceable(src_, alias_, written_);
     }
   }
   // The caller's tensor when `result` is (our alias of) this argument.
@@ -233,7 +233,7 @@ class Mapped<const std::optional<at::Tensor>&> {
   }
   void share(SharedAliasStorage& shared) {
     if (alias_.has_value()) {
-      shared.add(*src_, *alias_, written_);
+      shared.add_replaceable(*src_, *alias_, written_);
     }
   }
   at::Tensor* original_of(const void*) {
