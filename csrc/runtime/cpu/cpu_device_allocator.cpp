@@ -7,10 +7,12 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 namespace torch_fl::cpu {
@@ -126,13 +128,51 @@ struct CpuDeviceAllocator::DeviceState {
   c10::CachingDeviceAllocator::DeviceStats stats;
 };
 
+namespace {
+// The process's allocator, for the fork handlers (there is one, the cpu accelerator's).
+std::atomic<CpuDeviceAllocator*> allocator_for_fork{nullptr};
+} // namespace
+
+// fork() copies only the calling thread: a device lock another thread held at that moment would
+// stay locked in the child, whose first allocation on that device would hang. As glibc's malloc
+// does for its arenas, the allocator takes every lock before fork and releases them on both
+// sides, so the child (which may use the cpu accelerator) starts with them free.
 CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
   for (c10::DeviceIndex i = 0; i < device_count; ++i) {
     devices_.push_back(std::make_unique<DeviceState>());
   }
+  allocator_for_fork.store(this);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const auto lock = [] {
+      if (auto* a = allocator_for_fork.load()) {
+        a->lock_all_devices();
+      }
+    };
+    const auto unlock = [] {
+      if (auto* a = allocator_for_fork.load()) {
+        a->unlock_all_devices();
+      }
+    };
+    pthread_atfork(lock, unlock, unlock);
+  });
 }
 
-CpuDeviceAllocator::~CpuDeviceAllocator() = default; // process exit: leave blocks to the OS
+CpuDeviceAllocator::~CpuDeviceAllocator() { // process exit: leave blocks to the OS
+  allocator_for_fork.store(nullptr);
+}
+
+void CpuDeviceAllocator::lock_all_devices() {
+  for (auto& device : devices_) {
+    device->mutex.lock();
+  }
+}
+
+void CpuDeviceAllocator::unlock_all_devices() {
+  for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) {
+    (*it)->mutex.unlock();
+  }
+}
 
 CpuDeviceAllocator::DeviceState& CpuDeviceAllocator::state(c10::DeviceIndex device) const {
   if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= devices_.size())) {

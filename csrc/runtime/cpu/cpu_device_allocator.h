@@ -50,6 +50,9 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   struct DeviceState;
 
   DeviceState& state(c10::DeviceIndex device) const;
+  // fork() support (see the constructor): all device locks taken, then released.
+  void lock_all_devices();
+  void unlock_all_devices();
   bool within_limit(DeviceState& st, c10::DeviceIndex device, size_t size);
   // Fresh memory for a block of `size` bytes, or torch.OutOfMemoryError.
   void* new_segment(DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes);

@@ -4,7 +4,10 @@
 
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <pthread.h>
+
 #include <cstring>
+#include <mutex>
 
 namespace torch_fl::cpu {
 
@@ -30,6 +33,16 @@ void for_each_stat(at::HostStats& stats, F f) {
 }
 
 } // namespace
+
+CpuHostAllocator::CpuHostAllocator() {
+  static CpuHostAllocator* self = nullptr; // the process's one instance (host_allocator())
+  static std::once_flag once;
+  std::call_once(once, [this] {
+    self = this;
+    pthread_atfork(
+        [] { self->mutex_.lock(); }, [] { self->mutex_.unlock(); }, [] { self->mutex_.unlock(); });
+  });
+}
 
 CpuHostAllocator& host_allocator() {
   static CpuHostAllocator instance;

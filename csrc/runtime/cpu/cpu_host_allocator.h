@@ -13,6 +13,9 @@ namespace torch_fl::cpu {
 
 class CpuHostAllocator final : public at::HostAllocator {
  public:
+  // Holds its lock across fork(), as the device allocator does (cpu_device_allocator.cpp).
+  CpuHostAllocator();
+
   c10::DataPtr allocate(size_t nbytes) override;
   c10::DeleterFnPtr raw_deleter() const override;
   void copy_data(void* dst, const void* src, std::size_t count) const override;
