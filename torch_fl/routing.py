@@ -80,7 +80,14 @@ def _chosen_table(build_config: ModuleType) -> tuple[Path, str]:
     """The table chosen at import (path, how): FLAGOS_BACKEND_CONFIG, else the build record's."""
     explicit = os.environ.get("FLAGOS_BACKEND_CONFIG")
     if explicit:
-        return Path(explicit).expanduser().resolve(), "FLAGOS_BACKEND_CONFIG"
+        path = Path(explicit).expanduser().resolve()
+        if not path.is_file():
+            why = "does not exist" if not path.exists() else "is not a file"
+            raise RuntimeError(
+                f"FLAGOS_BACKEND_CONFIG={explicit!r}: {path} {why}. Point it at a routing table "
+                f"(docs/routing.md), or unset it to use the build's {table_path_for(build_config)}"
+            )
+        return path, "FLAGOS_BACKEND_CONFIG"
     return table_path_for(build_config), f"build record (ACCELERATOR={build_config.ACCELERATOR!r})"
 
 

@@ -250,6 +250,12 @@ def test_invalid_device_index_rejected_by_memory_functions() -> None:
             fn(bad)
     with pytest.raises(ValueError, match="flagos"):
         torch.flagos.memory_allocated("cpu")
+    # A negative index is no alias of the current device (torch.cuda's allocator refuses it).
+    for fn in (torch.flagos.memory_allocated, torch.flagos.memory_stats, torch.flagos.mem_get_info):
+        with pytest.raises(RuntimeError, match="Invalid device argument -5"):
+            fn(-5)
+    with pytest.raises(TypeError, match="torch.flagos.Stream"):
+        torch.flagos.caching_allocator_alloc(16, 0, 0)  # torch.cuda's raw-pointer int form
 
 
 def test_storage_resize_is_accounted() -> None:

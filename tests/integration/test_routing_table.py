@@ -225,6 +225,25 @@ def test_backend_config_variable_selects_a_table(tmp_path):
     assert f"{path} FLAGOS_BACKEND_CONFIG flagos_python table {path}:1" in r.stdout
 
 
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_unreadable_backend_config_names_the_variable(tmp_path, what):
+    path = tmp_path / "absent.conf" if what == "missing" else tmp_path
+    r = run_python("import torch_fl", FLAGOS_BACKEND_CONFIG=str(path))
+    assert r.returncode != 0
+    why = "does not exist" if what == "missing" else "is not a file"
+    assert f"FLAGOS_BACKEND_CONFIG='{path}'" in r.stderr and why in r.stderr, r.stderr[-2000:]
+
+
+def test_unreadable_table_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match="absent.conf': no such file"):
+        routing.load_table(tmp_path / "absent.conf")
+    with pytest.raises(RuntimeError, match="it is a directory"):
+        routing.load_table(tmp_path)
+    included = write(tmp_path, "inc.conf", "include missing.conf\n")
+    with pytest.raises(RuntimeError, match="missing.conf': no such file"):
+        routing.load_table(included)
+
+
 def test_bad_table_fails_the_import(tmp_path):
     path = write(tmp_path, "exp.conf", "relu = cpu_fallback\nrelu = warp_drive\n")
     r = run_python("import torch_fl", FLAGOS_BACKEND_CONFIG=str(path))

@@ -20,6 +20,42 @@ def test_default_and_current_stream() -> None:
     assert s.query()
 
 
+def test_stream_fields_wrap_the_existing_stream() -> None:
+    # As torch.cuda.Stream(stream_id=..., device_index=..., device_type=...).
+    last = F.device_count() - 1
+    s = F.Stream(device=last)
+    same = F.Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+    assert same == s and isinstance(same, F.Stream)
+    assert isinstance(F.current_stream(), F.Stream) and isinstance(F.default_stream(last), F.Stream)
+    with F.stream(same):
+        assert F.current_stream(last) == s == torch.accelerator.current_stream(last)
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
+        F.Stream(bogus=1)
+    with pytest.raises(TypeError, match="needs all three"):
+        F.Stream(stream_id=s.stream_id)
+    cpu = torch.Stream(device="cpu")
+    with pytest.raises(ValueError, match="cpu"):
+        F.Stream(stream_id=cpu.stream_id, device_index=0, device_type=cpu.device_type)
+
+
+def test_record_stream_takes_only_flagos_streams() -> None:
+    t = torch.ones(4, device="flagos")
+    t.record_stream(F.current_stream())
+    with pytest.raises(RuntimeError, match="takes a flagos stream.*not a cpu stream"):
+        t.record_stream(torch.Stream(device="cpu"))
+
+
+def test_accelerator_synchronize_checks_the_index() -> None:
+    torch.ones(1, device="flagos")  # torch skips the call before the device is initialised
+    torch.accelerator.synchronize(F.device_count() - 1)
+    if torch_fl.build_config.ACCELERATOR == "cpu":
+        with pytest.raises(IndexError, match=f"flagos:{F.device_count() + 3}"):
+            torch.accelerator.synchronize(F.device_count() + 3)
+    else:  # CUDA's own check ("invalid device ordinal")
+        with pytest.raises((IndexError, RuntimeError)):
+            torch.accelerator.synchronize(F.device_count() + 3)
+
+
 def test_new_streams_are_distinct_and_on_current_device() -> None:
     a, b = F.Stream(), F.Stream()
     assert isinstance(a, torch.Stream) and isinstance(a, F.Stream)

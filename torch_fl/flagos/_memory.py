@@ -19,32 +19,44 @@ def _flatten(prefix: str, value: Any, out: dict[str, int]) -> None:
         out[prefix] = value
 
 
+def _stats_device(device: DeviceLike) -> int:
+    """The device index of a statistics query; a negative int is refused as torch.cuda's
+    allocator refuses it, rather than answering for the current device."""
+    index = device_index(device)
+    if index < 0:
+        raise RuntimeError(
+            f"Invalid device argument {index}: expected a flagos device index from 0 to "
+            f"{_C._device_count() - 1}, or None for the current device"
+        )
+    return index
+
+
 def memory_stats(device: DeviceLike = None) -> dict[str, int]:
     """Flat, sorted statistics with the key names torch.cuda.memory_stats uses."""
     flat: dict[str, int] = {}
-    _flatten("", _C._memory_stats(device_index(device)), flat)
+    _flatten("", _C._memory_stats(_stats_device(device)), flat)
     return dict(sorted(flat.items()))
 
 
 def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
     """memory_stats before flattening: {"allocated_bytes": {"all": {"current": ...}}, ...}."""
-    return _C._memory_stats(device_index(device))
+    return _C._memory_stats(_stats_device(device))
 
 
 def memory_allocated(device: DeviceLike = None) -> int:
-    return _C._memory_stats(device_index(device))["allocated_bytes"]["all"]["current"]
+    return _C._memory_stats(_stats_device(device))["allocated_bytes"]["all"]["current"]
 
 
 def max_memory_allocated(device: DeviceLike = None) -> int:
-    return _C._memory_stats(device_index(device))["allocated_bytes"]["all"]["peak"]
+    return _C._memory_stats(_stats_device(device))["allocated_bytes"]["all"]["peak"]
 
 
 def memory_reserved(device: DeviceLike = None) -> int:
-    return _C._memory_stats(device_index(device))["reserved_bytes"]["all"]["current"]
+    return _C._memory_stats(_stats_device(device))["reserved_bytes"]["all"]["current"]
 
 
 def max_memory_reserved(device: DeviceLike = None) -> int:
-    return _C._memory_stats(device_index(device))["reserved_bytes"]["all"]["peak"]
+    return _C._memory_stats(_stats_device(device))["reserved_bytes"]["all"]["peak"]
 
 
 def memory_cached(device: DeviceLike = None) -> int:
@@ -58,7 +70,7 @@ def max_memory_cached(device: DeviceLike = None) -> int:
 
 
 def reset_peak_memory_stats(device: DeviceLike = None) -> None:
-    _C._reset_peak_memory_stats(device_index(device))
+    _C._reset_peak_memory_stats(_stats_device(device))
 
 
 def reset_max_memory_allocated(device: DeviceLike = None) -> None:
@@ -70,7 +82,7 @@ reset_max_memory_cached = reset_max_memory_allocated  # another of torch.cuda's 
 
 
 def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
-    _C._reset_accumulated_memory_stats(device_index(device))
+    _C._reset_accumulated_memory_stats(_stats_device(device))
 
 
 def host_memory_stats() -> dict[str, int]:
@@ -137,7 +149,7 @@ def empty_cache() -> None:
 
 def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory."""
-    return tuple(_C._mem_get_info(device_index(device)))
+    return tuple(_C._mem_get_info(_stats_device(device)))
 
 
 def _format_bytes(n: int) -> str:
@@ -172,7 +184,7 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
     """A printable table of memory_stats(device), shaped like torch.cuda.memory_summary: per
     statistic its current and peak values and the totals allocated and freed since the last
     reset, for all pools (and the small and large pools unless `abbreviated`)."""
-    index = device_index(device)
+    index = _stats_device(device)
     stats = memory_stats(index)
     pools = ("all",) if abbreviated else ("all", "large_pool", "small_pool")
     header = f"{'Metric':<34}{'Cur Usage':>13}{'Peak Usage':>13}{'Tot Alloc':>13}{'Tot Freed':>13}"
@@ -292,6 +304,12 @@ def caching_allocator_alloc(size: int, device: DeviceLike = None, stream: Any = 
 
     if size < 0:
         raise ValueError(f"caching_allocator_alloc: size must be >= 0, got {size}")
+    if stream is not None and not isinstance(stream, torch.Stream):
+        # torch.cuda takes a raw cudaStream_t as an int; flagos streams are torch.Stream objects.
+        raise TypeError(
+            "caching_allocator_alloc: stream must be a torch.flagos.Stream (or a torch.Stream on "
+            f"a flagos device) or None, got {type(stream).__name__}"
+        )
     if size == 0:
         return 0
     where = torch.device("flagos", device_index(device))

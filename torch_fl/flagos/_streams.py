@@ -9,13 +9,40 @@ import torch
 from torch_fl import _C
 from torch_fl.flagos._device import DeviceLike, device_index
 
+_EXISTING_STREAM_KEYS = frozenset({"stream_id", "device_index", "device_type"})
+
 
 class Stream(torch.Stream):
-    """A flagos stream; `torch.flagos.Stream()` is a new stream on the current device."""
+    """A flagos stream; `torch.flagos.Stream()` is a new stream on the current device.
+
+    As torch.cuda.Stream, `Stream(stream_id=..., device_index=..., device_type=...)` wraps an
+    existing stream (the three fields of any flagos stream) instead of making a new one.
+    """
 
     def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> Stream:
-        index = device_index(device)
-        return super().__new__(cls, device=torch.device("flagos", index), priority=priority)
+        unknown = set(kwargs) - _EXISTING_STREAM_KEYS
+        if unknown:
+            raise TypeError(
+                f"torch.flagos.Stream() got unexpected keyword arguments {sorted(unknown)}"
+            )
+        if not kwargs:
+            index = device_index(device)
+            return super().__new__(cls, device=torch.device("flagos", index), priority=priority)
+        if set(kwargs) != _EXISTING_STREAM_KEYS or device is not None:
+            raise TypeError(
+                "torch.flagos.Stream(stream_id=..., device_index=..., device_type=...) wraps an "
+                "existing stream and needs all three (an existing stream's own fields), no device"
+            )
+        stream = super().__new__(cls, priority=priority, **kwargs)
+        if stream.device.type != "flagos":
+            raise ValueError(f"torch.flagos.Stream: the fields describe a {stream.device} stream")
+        return stream
+
+
+def _as_flagos_stream(stream: torch.Stream) -> Stream:
+    return Stream(
+        stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+    )
 
 
 class Event:
@@ -35,16 +62,14 @@ class Event:
         )
 
 
-def current_stream(device: DeviceLike = None) -> torch.Stream:
-    return torch.accelerator.current_stream(device_index(device))
+def current_stream(device: DeviceLike = None) -> Stream:
+    return _as_flagos_stream(torch.accelerator.current_stream(device_index(device)))
 
 
-def default_stream(device: DeviceLike = None) -> torch.Stream:
+def default_stream(device: DeviceLike = None) -> Stream:
     # Stream id 0 is the default stream of each device.
-    current = current_stream(device)
-    return torch.Stream(
-        stream_id=0, device_index=current.device_index, device_type=current.device_type
-    )
+    current = torch.accelerator.current_stream(device_index(device))
+    return Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
 
 
 def set_stream(stream: torch.Stream) -> None:

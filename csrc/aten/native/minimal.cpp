@@ -228,6 +228,12 @@ bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
 }
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(
+      stream.device_type() == c10::DeviceType::PrivateUse1,
+      "record_stream: a flagos tensor takes a flagos stream (torch.flagos.current_stream() or "
+      "torch.flagos.Stream()), not a ",
+      stream.device(),
+      " stream");
   accelerator().device_allocator()->recordStream(self.storage().data_ptr(), stream);
 }
 

@@ -9,6 +9,22 @@
 namespace torch_fl::conf {
 namespace {
 
+// Why a table file could not be read, for the error message.
+std::string unreadable_reason(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) {
+    return "no such file";
+  }
+  if (std::filesystem::is_directory(status)) {
+    return "it is a directory, not a table file";
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return "not a regular file";
+  }
+  return "not readable by this process (check its permissions)";
+}
+
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -355,7 +371,11 @@ class Parser {
       text = options_.read_file(resolved);
     }
     if (!text) {
-      fail(path, number, raw, "cannot read included file '" + resolved + "'");
+      fail(
+          path,
+          number,
+          raw,
+          "cannot read included file '" + resolved + "': " + unreadable_reason(resolved));
     }
     parse(*text, resolved);
   }
@@ -408,7 +428,7 @@ std::vector<Entry> parse_file(const std::string& path, const Options& options) {
     text = options.read_file(normal_path(path));
   }
   if (!text) {
-    throw ConfError("cannot read routing table '" + path + "'");
+    throw ConfError("cannot read routing table '" + path + "': " + unreadable_reason(path));
   }
   return parse_text(*text, path, options);
 }

@@ -171,7 +171,10 @@ void CpuGuardImpl::synchronizeStream(const c10::Stream&) const {}
 
 void CpuGuardImpl::synchronizeEvent(void*) const {}
 
-void CpuGuardImpl::synchronizeDevice(const c10::DeviceIndex) const {}
+void CpuGuardImpl::synchronizeDevice(const c10::DeviceIndex index) const {
+  // Host work is done when it returns; the index is still checked, as CUDA's guard checks it.
+  checked_index(c10::Device(c10::DeviceType::PrivateUse1, index));
+}
 
 double CpuGuardImpl::elapsedTime(void* start, void* end, const c10::DeviceIndex) const {
   auto* s = as_event(start);
