@@ -1,6 +1,7 @@
 #include "aten/aliased_call.h"
 
 #include "aten/alias.h"
+#include "aten/autocast_mirror.h"
 #include "aten/device_check.h"
 #include "aten/sparse/sparse_alias.h"
 #include "runtime/accelerator.h"
@@ -336,6 +337,7 @@ void call_native(
   prepare_call(op, plan, stack, mapping, call);
   {
     DeviceScope scope(call.index);
+    AutocastAsFlagos autocast(c10::dispatchKeyToDeviceType(native_key));
     op.redispatchBoxed(c10::DispatchKeySet(native_key), stack);
   }
   finish_call(op, plan, stack, call);
