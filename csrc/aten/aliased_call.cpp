@@ -3,6 +3,7 @@
 #include "aten/alias.h"
 #include "aten/autocast_mirror.h"
 #include "aten/device_check.h"
+#include "aten/nested/nested_alias.h"
 #include "aten/sparse/sparse_alias.h"
 #include "runtime/accelerator.h"
 #include "runtime/generator.h"
@@ -57,6 +58,9 @@ std::optional<ArgPlan::Kind> kind_of(const c10::TypePtr& type) {
 
 at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
   if (mapping == Mapping::Alias) {
+    if (t.is_nested()) {
+      return native_nested_alias(t); // kernels write into its buffer, never resize it
+    }
     return t.layout() == c10::kSparse ? native_sparse_alias(t, writes) : native_alias(t, writes);
   }
   return t.to(c10::Device(c10::DeviceType::CPU));
@@ -265,6 +269,9 @@ void finish_call(
     PreparedCall& call) {
   for (const auto& w : call.written) {
     if (call.mapping == Mapping::Alias) {
+      if (w.original.is_nested()) {
+        continue; // written through the shared buffer; its metadata does not change
+      }
       if (w.original.layout() == c10::kSparse) {
         sync_sparse_from_alias(w.original, w.mapped);
       } else {
@@ -289,6 +296,9 @@ void finish_call(
     }
     if (t.defined() && t.layout() == c10::kSparse && t.device().type() == native_type) {
       return flagos_sparse_from_native(t, call.index);
+    }
+    if (t.defined() && t.is_nested() && t.device().type() == native_type) {
+      return flagos_nested_from_native(t, call.index);
     }
     return to_flagos(std::move(t));
   };

@@ -11,6 +11,7 @@
 
 #include "aten/aliased_call.h"
 #include "aten/native/minimal.h"
+#include "aten/native_layout_kernels.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/ops/_coalesced_native.h>
@@ -40,8 +41,7 @@ namespace {
 
 // The sparse key of the native device (SparseCPU, SparseCUDA).
 c10::DispatchKey native_sparse_key() {
-  return c10::toRuntimePerBackendFunctionalityKey(
-      c10::DispatchKey::Sparse, c10::toBackendComponent(accelerator().native_dispatch_key()));
+  return native_layout_key(c10::DispatchKey::Sparse);
 }
 
 // torch's generated wrappers of its sparse factories make the tensor's device current first:
@@ -140,28 +140,9 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
 void register_sparse_kernels() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // An operator with both a native sparse kernel and a CompositeExplicitAutograd one (copy_,
-    // clone, zero_, ...) would run the composite, a dense implementation, for SparsePrivateUse1:
-    // the fallback comes after composites. A kernel of our own puts the sparse one first.
-    auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
-        torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
-    const auto key = native_sparse_key();
-    auto& dispatcher = c10::Dispatcher::singleton();
-    for (const auto& name : dispatcher.getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) {
-        continue;
-      }
-      auto op = dispatcher.findSchema(name);
-      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1) ||
-          !op->hasKernelForDispatchKey(key)) {
-        continue;
-      }
-      std::string schema_name = name.name.substr(6);
-      if (!name.overload_name.empty()) {
-        schema_name += "." + name.overload_name;
-      }
-      lib->impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>());
-    }
+    register_ahead_of_composites(c10::DispatchKey::SparsePrivateUse1, native_sparse_key(), [] {
+      return torch::CppFunction::makeFromBoxedFunction<&sparse_fallback>();
+    });
   });
 }
 

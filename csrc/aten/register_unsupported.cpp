@@ -5,9 +5,8 @@
 // - compressed sparse layouts (CSR, CSC, BSR, BSC): refused where they would be made (their
 //   factories) and by every operator on one (sparse COO works: register_sparse.cpp);
 // - quantized tensors: `q.to("flagos")` and the quantized factories (a kernel's quantized
-//   result is refused when it is re-labelled, alias.cpp);
-// - strided nested tensors: their operators (the jagged layout works, a Python subclass over
-//   dense flagos tensors).
+//   result is refused when it is re-labelled, alias.cpp).
+// (Strided nested tensors run the native nested kernels: register_nested.cpp.)
 
 #include <torch/library.h>
 
@@ -21,11 +20,6 @@ constexpr char kCompressed[] =
 constexpr char kQuantized[] =
     "flagos does not hold quantized tensors. Quantize and run quantized kernels on the cpu, and "
     "keep flagos tensors in non-quantized dtypes (q.dequantize() converts back).";
-constexpr char kStridedNested[] =
-    "flagos runs nested tensors in the jagged layout; make them with "
-    "torch.nested.nested_tensor(..., layout=torch.jagged) (the strided nested layout has no "
-    "flagos kernels).";
-
 template <const char* Why>
 void refuse(const c10::OperatorHandle& op, torch::jit::Stack*) {
   TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().operator_name(), ": ", Why);
@@ -73,10 +67,6 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
   m.fallback(refusal<kQuantized>());
-}
-
-TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
-  m.fallback(refusal<kStridedNested>());
 }
 
 } // namespace

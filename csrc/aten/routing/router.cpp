@@ -1,6 +1,7 @@
 #include "aten/routing/router.h"
 
 #include "aten/fast/registry.h"
+#include "aten/nested/nested_kernels.h"
 #include "aten/sparse/sparse_kernels.h"
 #include "runtime/accelerator.h"
 #include "runtime/graph_capture.h"
@@ -828,6 +829,7 @@ void install_table(State& s, Table&& table, const std::string& path, const std::
 void load(const std::string& path, const std::string& origin) {
   register_direct_kernels();
   register_sparse_kernels();
+  register_nested_kernels();
   Table table = read_table(path);
 
   std::unordered_map<std::string, EnvRoute> env;
