@@ -377,3 +377,12 @@ print("ok")
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_conj_physical_in_place_on_complex(dtype: torch.dtype) -> None:
+    # A composite whose kernel stub exists for CPU and CUDA alone: routed, it runs there.
+    x_cpu = torch.tensor([1 + 2j, 3 - 4j, -5j], dtype=dtype)
+    x = x_cpu.to("flagos")
+    assert x.conj_physical_() is x
+    assert torch.equal(x.cpu(), x_cpu.conj_physical_())

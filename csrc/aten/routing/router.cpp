@@ -519,9 +519,10 @@ std::vector<std::string>& fast_kernels() {
 }
 
 // Composite kernels that refuse any device but CPU and CUDA ("mode only supports CPU, CUDA and
-// XPU device type"): routed like kernels of their own, they run on the native device's aliases.
+// XPU device type") or call a DispatchStub that has kernels for those alone (conj_physical_):
+// routed like kernels of their own, they run on the native device's aliases.
 const std::unordered_set<std::string>& composite_refusing_other_devices() {
-  static const std::unordered_set<std::string> names{"aten::mode.values"};
+  static const std::unordered_set<std::string> names{"aten::mode.values", "aten::conj_physical_"};
   return names;
 }
 
