@@ -26,7 +26,7 @@ PRINT_COUNT = "import torch, torch_fl; print('COUNT', torch.flagos.device_count(
 @pytest.mark.skipif(
     not ON_CPU_ACCELERATOR, reason="FLAGOS_CPU_DEVICE_COUNT is the cpu accelerator's"
 )
-@pytest.mark.parametrize("value", ["0", "65", "3x"])
+@pytest.mark.parametrize("value", ["0", "65", "3x", " 3", "+3", "3 ", "-1", "99999999999999999999"])
 def test_invalid_cpu_device_count_fails_import(python_subprocess, value: str) -> None:
     done = python_subprocess(PRINT_COUNT, env={**NO_AUTOLOAD, "FLAGOS_CPU_DEVICE_COUNT": value})
     assert done.returncode != 0, done.stdout

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -27,9 +28,11 @@ c10::DeviceIndex read_device_count() {
   if (raw == nullptr || *raw == '\0') {
     return kDefaultDeviceCount;
   }
-  char* end = nullptr;
-  const long value = std::strtol(raw, &end, 10);
-  if (*end != '\0' || value < 1 || value > cpu::kMaxCpuDevices) {
+  // Digits only: strtol alone would also take " 3" and "+3" (and then refuse "3 ").
+  const bool digits =
+      std::all_of(raw, raw + std::strlen(raw), [](char c) { return c >= '0' && c <= '9'; });
+  const long value = digits && std::strlen(raw) <= 4 ? std::strtol(raw, nullptr, 10) : -1;
+  if (value < 1 || value > cpu::kMaxCpuDevices) {
     set_config_error(
         std::string("FLAGOS_CPU_DEVICE_COUNT=") + raw +
         " is invalid: use a whole number from 1 to " + std::to_string(cpu::kMaxCpuDevices) +
