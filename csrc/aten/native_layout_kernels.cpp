@@ -1,5 +1,6 @@
 #include "aten/native_layout_kernels.h"
 
+#include "aten/aliased_call.h"
 #include "runtime/accelerator.h"
 
 #include <string>
@@ -26,6 +27,21 @@ void register_ahead_of_composites(
     }
     lib->impl(schema_name.c_str(), make_kernel());
   }
+}
+
+void call_native_layout_kernel(
+    const c10::OperatorHandle& op,
+    torch::jit::Stack* stack,
+    c10::DispatchKey native_key,
+    const char* instead) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      op.hasComputedKernelForDispatchKey(native_key),
+      op.schema().operator_name(),
+      " has no ",
+      c10::toString(native_key),
+      " kernel in the installed torch, so it cannot run on flagos ",
+      instead);
+  call_native_aliased(op, stack, native_key);
 }
 
 c10::DispatchKey native_layout_key(c10::DispatchKey functionality) {

@@ -19,4 +19,12 @@ void register_ahead_of_composites(
 // The layout's key of the native device (SparseCPU, NestedTensorCUDA, ...).
 c10::DispatchKey native_layout_key(c10::DispatchKey functionality);
 
+// Runs `op` with the native device's kernel for `native_key` over aliases of its arguments
+// (aliased_call.h); an operator without one is refused, the message ending with `instead`.
+void call_native_layout_kernel(
+    const c10::OperatorHandle& op,
+    torch::jit::Stack* stack,
+    c10::DispatchKey native_key,
+    const char* instead);
+
 } // namespace torch_fl

@@ -7,7 +7,6 @@
 
 #include "aten/nested/nested_kernels.h"
 
-#include "aten/aliased_call.h"
 #include "aten/native_layout_kernels.h"
 
 #include <ATen/ops/_to_copy_native.h>
@@ -21,16 +20,12 @@ namespace torch_fl {
 namespace {
 
 void nested_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto key = native_layout_key(c10::DispatchKey::NestedTensor);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      op.hasComputedKernelForDispatchKey(key),
-      op.schema().operator_name(),
-      " has no ",
-      c10::toString(key),
-      " kernel in the installed torch, so it cannot run on flagos nested tensors either; use the "
-      "jagged layout (torch.nested.nested_tensor(..., layout=torch.jagged)) or "
-      ".to_padded_tensor() first");
-  call_native_aliased(op, stack, key);
+  call_native_layout_kernel(
+      op,
+      stack,
+      native_layout_key(c10::DispatchKey::NestedTensor),
+      "nested tensors either; use the jagged layout (torch.nested.nested_tensor(..., "
+      "layout=torch.jagged)) or .to_padded_tensor() first");
 }
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {

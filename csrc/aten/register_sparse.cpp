@@ -9,7 +9,6 @@
 
 #include "aten/sparse/sparse_kernels.h"
 
-#include "aten/aliased_call.h"
 #include "aten/native/minimal.h"
 #include "aten/native_layout_kernels.h"
 #include "runtime/accelerator.h"
@@ -98,15 +97,8 @@ at::Tensor sparse_with_dims_and_tensors(
 }
 
 void sparse_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto key = native_sparse_key();
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      op.hasComputedKernelForDispatchKey(key),
-      op.schema().operator_name(),
-      " has no ",
-      c10::toString(key),
-      " kernel in the installed torch, so it cannot run on flagos sparse tensors either; "
-      "convert with .to_dense() first");
-  call_native_aliased(op, stack, key);
+  call_native_layout_kernel(
+      op, stack, native_sparse_key(), "sparse tensors either; convert with .to_dense() first");
 }
 
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
