@@ -405,9 +405,7 @@ void SharedAliasStorage::hand_written_aliases_to_their_inputs() {
       if (!e.written && e.holder != nullptr && e.flagos_tensor == w.flagos_tensor &&
           e.alias != w.alias) {
         release_alias(*e.holder);
-        *e.holder = w.holder != nullptr
-                        ? *w.holder
-                        : at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
+        *e.holder = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
         e.alias = w.alias;
       }
     }

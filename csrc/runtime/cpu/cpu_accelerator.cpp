@@ -29,9 +29,9 @@ c10::DeviceIndex read_device_count() {
     return kDefaultDeviceCount;
   }
   // Digits only: strtol alone would also take " 3" and "+3" (and then refuse "3 ").
-  const bool digits =
-      std::all_of(raw, raw + std::strlen(raw), [](char c) { return c >= '0' && c <= '9'; });
-  const long value = digits && std::strlen(raw) <= 4 ? std::strtol(raw, nullptr, 10) : -1;
+  const size_t length = std::strlen(raw);
+  const bool digits = std::all_of(raw, raw + length, [](char c) { return c >= '0' && c <= '9'; });
+  const long value = digits && length <= 4 ? std::strtol(raw, nullptr, 10) : -1;
   if (value < 1 || value > cpu::kMaxCpuDevices) {
     set_config_error(
         std::string("FLAGOS_CPU_DEVICE_COUNT=") + raw +
