@@ -32,6 +32,7 @@ INPLACE = {
     "fill_": lambda t, o: t.fill_(2.5),
     "copy_": lambda t, o: t.copy_(o),
     "addcmul_": lambda t, o: t.addcmul_(o, o, value=0.5),
+    "addr_": lambda t, o: t.addr_(o[0], o[1], beta=0.5, alpha=2),
     "masked_fill_": lambda t, o: t.masked_fill_(o > 0, -1.0),
     "index_put_": lambda t, o: t.index_put_((torch.tensor([0, 2], device=t.device),), o[:2]),
     # a permutation per column: with repeated indices the winner is unspecified on a GPU
@@ -323,6 +324,8 @@ OUTPUT_IS_AN_INPUT = {
     "atan2_out": lambda x, y: torch.atan2(x, y, out=x),
     "logical_and_": lambda x, y: x.logical_and_(y),
     "ldexp_": lambda x, y: x.ldexp_(y),
+    # a composite calling addr_out(self, self, ...), whose kernel tells the two apart by address
+    "addr_": lambda x, y: x.addr_(y, y),
 }
 
 

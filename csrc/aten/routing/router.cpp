@@ -518,11 +518,17 @@ std::vector<std::string>& fast_kernels() {
   return *names;
 }
 
-// Composite kernels that refuse any device but CPU and CUDA ("mode only supports CPU, CUDA and
-// XPU device type") or call a DispatchStub that has kernels for those alone (conj_physical_):
-// routed like kernels of their own, they run on the native device's aliases.
-const std::unordered_set<std::string>& composite_refusing_other_devices() {
-  static const std::unordered_set<std::string> names{"aten::mode.values", "aten::conj_physical_"};
+// Composite kernels routed like kernels of their own, so they run whole on the native
+// device's aliases:
+// - those that refuse any device but CPU and CUDA ("mode only supports CPU, CUDA and XPU device
+//   type") or call a DispatchStub with kernels for those alone (conj_physical_);
+// - in-place ones whose out= kernel tells in-place from out= by the arguments' C++ addresses
+//   (addr_ calls addr_out(self, self, ...), which refuses a self of the wrong shape only when
+//   `&result == &self`): through the dispatcher to PrivateUse1 the two would arrive as separate
+//   arguments, and the out= kernel would resize the caller's tensor instead.
+const std::unordered_set<std::string>& composites_run_whole_natively() {
+  static const std::unordered_set<std::string> names{
+      "aten::mode.values", "aten::conj_physical_", "aten::addr_"};
   return names;
 }
 
@@ -548,7 +554,7 @@ void register_direct_kernels() {
       const auto canonical = canonical_name(name);
       if (!(op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
             op->hasKernelForDispatchKey(native_key) ||
-            composite_refusing_other_devices().count(canonical) != 0)) {
+            composites_run_whole_natively().count(canonical) != 0)) {
         continue;
       }
       const fast::Kernel* kernel = use_fast ? fast::find(canonical) : nullptr;
