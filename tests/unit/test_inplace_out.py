@@ -248,6 +248,19 @@ def test_set_and_is_set_to() -> None:
     assert t.numel() == 0
 
 
+@pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("current", [0, 1])
+def test_set_without_arguments_keeps_the_tensors_device(current: int) -> None:
+    other = 1 - current
+    t = torch.ones(3, device=f"flagos:{other}")
+    with torch.flagos.device(current):
+        assert t.set_() is t
+    assert t.device == torch.device("flagos", other) and t.shape == (0,)
+    assert t.untyped_storage().device == t.device
+    t.resize_(2).fill_(4.0)  # the new storage grows on the tensor's device
+    assert torch.equal(t.cpu(), torch.full((2,), 4.0))
+
+
 # Arguments over one storage, as native kernels see them: what a call writes may not partly
 # overlap what it reads (the kernels refuse before writing anything), and may overlap it exactly.
 PARTIAL_OVERLAP = {

@@ -218,6 +218,7 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
+  DeviceScope scope(self.device().index()); // the allocator serves the current device
   c10::Storage storage(
       c10::Storage::use_byte_size_t(), 0, accelerator().device_allocator(), /*resizable=*/true);
   return set_storage(self, std::move(storage), 0, {0}, {});
