@@ -2,7 +2,11 @@
 // registered on the AutocastPrivateUse1 key. Native CUDA and CPU tensors keep their own keys, so
 // flagos autocast never leaks onto them.
 
+#include "aten/native/fused_layers_autocast.h"
+
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/_native_multi_head_attention_ops.h>
+#include <ATen/ops/_transformer_encoder_layer_fwd_ops.h>
 #include <torch/library.h>
 
 namespace torch_fl {
@@ -47,6 +51,13 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #undef FLAGOS_PROMOTE
 
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
+
+  m.impl(
+      TORCH_SELECTIVE_NAME("aten::_native_multi_head_attention"),
+      TORCH_FN(native::FusedLayerAutocast<at::_ops::_native_multi_head_attention>::run));
+  m.impl(
+      TORCH_SELECTIVE_NAME("aten::_transformer_encoder_layer_fwd"),
+      TORCH_FN(native::FusedLayerAutocast<at::_ops::_transformer_encoder_layer_fwd>::run));
 }
 
 } // namespace
