@@ -162,7 +162,13 @@ def test_fused_transformer_layers_under_autocast_match_the_native_device(name: s
     assert got_error == want_error
     if want is not None:
         assert got is not None and got.dtype == want.dtype
-        torch.testing.assert_close(got.float().cpu(), want.float().cpu(), atol=3e-2, rtol=3e-2)
+        got, want = got.float().cpu(), want.float().cpu()
+        if name == "encoder_padding_mask":
+            # Padded positions are unspecified: the nested fast path leaves zeros there, the
+            # unfused path (CUDA's under its autocast) computes them. The rest must agree.
+            kept = ~_padding_mask(torch.device("cpu"))
+            got, want = got[kept], want[kept]
+        torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
 
 
 def test_an_autocast_of_the_native_device_alone_does_not_reach_flagos_kernels() -> None:
