@@ -211,6 +211,38 @@ def test_capture_flag_is_per_thread() -> None:
     assert not torch_fl._C._capturing_on_this_thread()
 
 
+@host_only
+def test_a_failed_end_of_another_graph_keeps_the_capture_marked() -> None:
+    g1, g2 = torch.flagos.FlagOSGraph(), torch.flagos.FlagOSGraph()
+    x = torch.ones(3, device="flagos")
+    with torch.flagos.stream(torch.flagos.Stream()):
+        g1.capture_begin()
+        with pytest.raises(RuntimeError, match="without capture_begin"):
+            g2.capture_end()
+        assert torch.flagos.is_current_stream_capturing()
+        y = x * 2
+        g1.capture_end()
+    assert not torch.flagos.is_current_stream_capturing()
+    x.fill_(5.0)
+    g1.replay()
+    assert torch.equal(y.cpu(), torch.full((3,), 10.0))
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.Stream, "is_capturing"), reason="torch.Stream.is_capturing is newer"
+)
+def test_stream_is_capturing_names_the_capturing_stream() -> None:
+    side = torch.flagos.Stream()
+    assert not side.is_capturing()
+    g = torch.flagos.FlagOSGraph()
+    with torch.flagos.graph(g, stream=side):
+        assert side.is_capturing()
+        assert torch.accelerator.current_stream().is_capturing()
+        assert not torch.flagos.default_stream().is_capturing()
+        _ = torch.ones(2, device="flagos") + 1
+    assert not side.is_capturing()
+
+
 def test_copying_fallback_inside_a_capture_names_the_operator() -> None:
     """A host-copying cpu_fallback call would break a stream capture; the router says which
     operator did it and how to route it instead, and nothing is computed or left behind."""

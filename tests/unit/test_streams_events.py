@@ -100,6 +100,8 @@ def test_set_stream() -> None:
     assert F.current_stream() == s
     F.set_stream(F.default_stream())
     assert F.current_stream() == F.default_stream()
+    F.set_stream(None)  # does nothing, as torch.cuda.set_stream(None)
+    assert F.current_stream() == F.default_stream()
 
 
 @pytest.mark.usefixtures("two_devices")

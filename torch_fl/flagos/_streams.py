@@ -72,7 +72,10 @@ def default_stream(device: DeviceLike = None) -> Stream:
     return Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
 
 
-def set_stream(stream: torch.Stream) -> None:
+def set_stream(stream: torch.Stream | None) -> None:
+    """Makes `stream` current on its device; None does nothing (as torch.cuda.set_stream)."""
+    if stream is None:
+        return
     torch.accelerator.set_stream(stream)
 
 

@@ -51,6 +51,7 @@ class FlagOSGraph:
         self._native: Any = (
             HostGraph() if on_cpu_accelerator() else torch.cuda.CUDAGraph(keep_graph)
         )
+        self._marked_capturing = False
 
     def capture_begin(
         self, pool: PoolHandle | None = None, capture_error_mode: str = "global"
@@ -72,13 +73,18 @@ class FlagOSGraph:
         else:
             self._native.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
         _C._note_capture_begin()
+        self._marked_capturing = True
 
     def capture_end(self) -> None:
         """Ends the capture; unless `keep_graph`, the graph is also instantiated."""
         self._end_capture(warn_if_empty=True)
 
     def _end_capture(self, warn_if_empty: bool) -> None:
-        _C._note_capture_end()
+        # Only a graph that began a capture drops the thread's capture mark: one that never
+        # began raises below, and another graph's capture stays marked.
+        if self._marked_capturing:
+            self._marked_capturing = False
+            _C._note_capture_end()
         if isinstance(self._native, HostGraph):
             self._native.capture_end(warn_if_empty)
         else:
