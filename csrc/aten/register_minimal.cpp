@@ -3,9 +3,11 @@
 #include "aten/native/attention.h"
 #include "aten/native/convolution.h"
 #include "aten/native/dropout.h"
+#include "aten/native/histc.h"
 #include "aten/native/minimal.h"
 #include "aten/native/rnn_cells.h"
 #include "aten/native/sync_batch_norm.h"
+#include "aten/routing/router.h"
 
 #include <torch/library.h>
 
@@ -55,6 +57,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_elemt", TORCH_FN(native::batch_norm_elemt));
   m.impl("batch_norm_backward_reduce", TORCH_FN(native::batch_norm_backward_reduce));
   m.impl("batch_norm_backward_elemt", TORCH_FN(native::batch_norm_backward_elemt));
+  // CPU's histc refuses the integer tensors CUDA's counts.
+  m.impl("histc", TORCH_FN(native::histc));
+  m.impl("histc.out", TORCH_FN(native::histc_out));
+  routing::note_kernel_reaches_router("aten::histc"); // its floating calls
+  routing::note_kernel_reaches_router("aten::histc.out");
 #endif
 #if defined(FLAGOS_ACCELERATOR_CPU)
   // On device accelerators the native dropout kernel already draws from the device's default

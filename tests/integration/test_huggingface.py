@@ -51,7 +51,23 @@ def bert() -> torch.nn.Module:
     return transformers.BertForMaskedLM(config)
 
 
-MODELS: dict[str, Callable[[], torch.nn.Module]] = {"gpt2": gpt2, "llama": llama, "bert": bert}
+def mixtral() -> torch.nn.Module:
+    # Mixture of experts: off cpu and mps, transformers' expert routing counts tokens per expert
+    # with histc on int32 ids, which CUDA's histc takes and CPU's refuses.
+    config = transformers.MixtralConfig(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+        num_local_experts=4, num_experts_per_tok=2, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return transformers.MixtralForCausalLM(config)
+
+
+MODELS: dict[str, Callable[[], torch.nn.Module]] = {
+    "gpt2": gpt2,
+    "llama": llama,
+    "bert": bert,
+    "mixtral": mixtral,
+}
 
 
 def pair(make: Callable[[], torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:

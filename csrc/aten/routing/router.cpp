@@ -572,6 +572,10 @@ void register_direct_kernels() {
 
 } // namespace
 
+void note_kernel_reaches_router(const std::string& canonical_name) {
+  direct_kernels().insert(canonical_name);
+}
+
 bool reaches_router(const std::string& op) {
   const auto canonical = resolve_name(op, "torch_fl.routing");
   if (direct_kernels().count(canonical) != 0) {

@@ -189,6 +189,9 @@ FLAGOS_API bool force_copy_fallback();
 // Whether calls of `op` on flagos reach the router (false when a flagos kernel of its own or a
 // composite kernel serves it, so a route named for it has no effect).
 FLAGOS_API bool reaches_router(const std::string& op);
+// A flagos kernel of its own that hands its calls (or some of them) to route_call says so at
+// registration, before any call, so reaches_router answers true for it.
+FLAGOS_API void note_kernel_reaches_router(const std::string& canonical_name);
 
 // Operators registered to reach the router under their own name (aten operators with a CPU
 // or native-device kernel and no flagos kernel of their own), and how many each route serves.

@@ -1,0 +1,77 @@
+#include "aten/native/histc.h"
+
+#include "aten/routing/router.h"
+
+#include <ATen/core/boxing/KernelFunction.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/histc.h>
+#include <ATen/ops/histc_ops.h>
+
+namespace torch_fl::native {
+namespace {
+
+bool is_integer(const at::Tensor& t) {
+  return c10::isIntegralType(t.scalar_type(), /*includeBool=*/false);
+}
+
+// Floating histograms are routed like any operator (the route table, counts, logging).
+template <class Op, class Sig = typename Op::schema>
+struct Routed;
+template <class Op, class R, class... Args>
+struct Routed<Op, R(Args...)> {
+  static R call(Args... args) {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    static const c10::BoxedKernel router =
+        c10::BoxedKernel::makeFromFunction<&routing::route_call>();
+    return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
+        router,
+        op,
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        std::forward<Args>(args)...);
+  }
+};
+
+at::Tensor integer_histogram(
+    const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  return at::histc(self.to(at::kDouble), bins, min, max).to(self.scalar_type());
+}
+
+} // namespace
+
+at::Tensor histc(
+    const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  if (!is_integer(self)) {
+    return Routed<at::_ops::histc>::call(self, bins, min, max);
+  }
+  return integer_histogram(self, bins, min, max);
+}
+
+at::Tensor& histc_out(
+    const at::Tensor& self,
+    int64_t bins,
+    const at::Scalar& min,
+    const at::Scalar& max,
+    at::Tensor& out) {
+  if (!is_integer(self)) {
+    return Routed<at::_ops::histc_out>::call(self, bins, min, max, out);
+  }
+  TORCH_CHECK(
+      out.scalar_type() == self.scalar_type(),
+      "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
+      self.scalar_type(),
+      " and hist ",
+      out.scalar_type());
+  TORCH_CHECK(
+      out.device() == self.device(),
+      "Expected all tensors to be on the same device, but found at least two devices, ",
+      self.device(),
+      " and ",
+      out.device(),
+      "! (argument 'out' of aten::histc.out)");
+  const at::Tensor counts = integer_histogram(self, bins, min, max);
+  out.resize_(counts.sizes());
+  return out.copy_(counts);
+}
+
+} // namespace torch_fl::native
