@@ -216,6 +216,16 @@ c10d::ReduceOp Call::reduce_op(
     }
     return c10d::ReduceOp(c10d::ReduceOp::SUM);
   }
+  if (op.op_ == c10d::ReduceOp::AVG) {
+    // As NCCL's (and before anything runs: the SUM would change the data, then the division
+    // could not write back into a bool tensor).
+    for (const auto* t : inputs) {
+      TORCH_CHECK_TYPE(
+          t->scalar_type() != at::kBool,
+          context(),
+          ": Cannot use ReduceOp.AVG with boolean inputs");
+    }
+  }
   if (op.op_ == c10d::ReduceOp::AVG && pg_.tier_ != "nccl") {
     for (const auto& t : outputs) {
       completion().divide.push_back(t);

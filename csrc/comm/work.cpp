@@ -89,16 +89,35 @@ std::vector<at::Tensor> Results::get(const Aliases& aliases) const {
 
 // ---- FlagOSWork
 
+namespace {
+
+// The inner backend's error, said where it happened: torch's errors keep their type and gain
+// the context (once: wait() and the future may report one error object); others (gloo reports
+// peers that left or timed out as std::runtime_error) become a DistBackendError.
+std::exception_ptr in_context(std::exception_ptr error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (c10::Error& e) {
+    if (e.msg().find(context) == std::string::npos) {
+      e.add_context(context);
+    }
+    return std::current_exception();
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(
+        C10_BUILD_ERROR(DistBackendError, c10::str(context, " failed: ", e.what())));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+} // namespace
+
 template <typename F>
 void FlagOSWork::with_context(F&& f) {
   try {
     f();
-  } catch (c10::Error& e) {
-    e.add_context(context_.str());
-    throw;
-  } catch (const std::exception& e) {
-    // gloo reports peers that left or timed out as std::runtime_error: say where it happened.
-    C10_THROW_ERROR(DistBackendError, c10::str(context_.str(), " failed: ", e.what()));
+  } catch (...) {
+    std::rethrow_exception(in_context(std::current_exception(), context_.str()));
   }
 }
 
@@ -187,9 +206,10 @@ c10::intrusive_ptr<c10::ivalue::Future> FlagOSWork::getFuture() {
   auto outer = c10::make_intrusive<c10::ivalue::Future>(
       c10::ListType::create(c10::TensorType::get()), flagos_devices(results));
   inner_future->addCallback(
-      [completion = completion_, outer, results = std::move(results)](c10::ivalue::Future& f) {
+      [completion = completion_, outer, results = std::move(results), context = context_.str()](
+          c10::ivalue::Future& f) {
         if (f.hasError()) {
-          outer->setError(f.exception_ptr());
+          outer->setError(in_context(f.exception_ptr(), context));
           return;
         }
         try {

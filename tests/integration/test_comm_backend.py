@@ -325,6 +325,22 @@ def test_premul_sum_of_an_integer_tensor_is_refused_and_leaves_it_unchanged(
     torch.testing.assert_close(h.cpu(), torch.arange(6, dtype=torch.float16) * 2)
 
 
+@pytest.mark.parametrize("host_staged", [False, True])
+def test_avg_of_a_bool_tensor_is_refused_before_anything_runs(monkeypatch, host_staged) -> None:
+    # As NCCL's: the emulated AVG (SUM, then a division) would have changed the tensor before
+    # failing to divide it in place.
+    monkeypatch.setenv(comm.ENV_TIER, "gloo")
+    if host_staged:
+        monkeypatch.setenv(comm.ENV_HOST_STAGED, "1")
+    _init()
+    t = torch.tensor([True, False, True], device="flagos")
+    with pytest.raises(TypeError, match="Cannot use ReduceOp.AVG with boolean inputs"):
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    assert torch.equal(t.cpu(), torch.tensor([True, False, True]))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # other operators still take bool
+    assert torch.equal(t.cpu(), torch.tensor([True, False, True]))
+
+
 @pytest.mark.skipif(torch_fl.flagos.device_count() < 2, reason="needs two flagos devices")
 def test_tensor_on_another_device_than_the_bound_one_is_rejected() -> None:
     _init(device_id=torch.device("flagos", 0))

@@ -35,6 +35,10 @@ def test_a_peer_that_exits_early_gives_an_error_naming_the_backend() -> None:
     assert survivor["seconds"] < TIMEOUT + 10
     if torch_fl.build_config.ACCELERATOR == "cpu":
         assert "ProcessGroupFlagOS all_reduce (tier gloo" in survivor["error"]
+        # through get_future() too, with the same type as wait()'s
+        future_error = survivor["future_error"]
+        assert future_error, f"the future completed without its peer: {survivor}"
+        assert future_error.startswith("DistBackendError: ProcessGroupFlagOS all_reduce (tier gloo")
 
 
 def test_a_peer_that_never_joins_times_out_with_a_message() -> None:

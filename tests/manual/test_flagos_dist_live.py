@@ -565,6 +565,13 @@ def worker(args) -> int:
                 report["seconds"] = time.monotonic() - start
             else:
                 report["error"] = None
+            # The same failure seen through the work's future says as much.
+            try:
+                dist.all_reduce(t, async_op=True).get_future().wait()
+            except Exception as exc:
+                report["future_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            else:
+                report["future_error"] = None
         elif args.scenario == "peer_silent":
             # The last rank stays alive but never joins the collective: a timeout, with a message.
             if rank == world - 1:
