@@ -56,12 +56,7 @@ at::Tensor& histc_out(
   if (!is_integer(self)) {
     return Routed<at::_ops::histc_out>::call(self, bins, min, max, out);
   }
-  TORCH_CHECK(
-      out.scalar_type() == self.scalar_type(),
-      "torch.histc: input tensor and hist tensor should have the same dtype, but got input ",
-      self.scalar_type(),
-      " and hist ",
-      out.scalar_type());
+  // As CUDA's: counts of any dtype are copied into `out`, resized as needed.
   TORCH_CHECK(
       out.device() == self.device(),
       "Expected all tensors to be on the same device, but found at least two devices, ",
