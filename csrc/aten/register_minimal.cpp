@@ -5,10 +5,12 @@
 #include "aten/native/dropout.h"
 #include "aten/native/histc.h"
 #include "aten/native/minimal.h"
+#include "aten/native/predicted_layouts.h"
 #include "aten/native/rnn_cells.h"
 #include "aten/native/sync_batch_norm.h"
 #include "aten/routing/router.h"
 
+#include <ATen/ops/nonzero_static_ops.h>
 #include <torch/library.h>
 
 namespace torch_fl {
@@ -62,6 +64,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("histc.out", TORCH_FN(native::histc_out));
   routing::note_kernel_reaches_router("aten::histc"); // its floating calls
   routing::note_kernel_reaches_router("aten::histc.out");
+  // Laid out as torch's fake tensors predict for a non-CPU device (predicted_layouts.h).
+  m.impl("nonzero_static", TORCH_FN(native::ColumnMajorIndices<at::_ops::nonzero_static>::run));
+  routing::note_kernel_reaches_router("aten::nonzero_static");
 #endif
 #if defined(FLAGOS_ACCELERATOR_CPU)
   // On device accelerators the native dropout kernel already draws from the device's default

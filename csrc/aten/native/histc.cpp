@@ -1,9 +1,7 @@
 #include "aten/native/histc.h"
 
-#include "aten/routing/router.h"
+#include "aten/native/routed_call.h"
 
-#include <ATen/core/boxing/KernelFunction.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/histc.h>
 #include <ATen/ops/histc_ops.h>
 
@@ -13,24 +11,6 @@ namespace {
 bool is_integer(const at::Tensor& t) {
   return c10::isIntegralType(t.scalar_type(), /*includeBool=*/false);
 }
-
-// Floating histograms are routed like any operator (the route table, counts, logging).
-template <class Op, class Sig = typename Op::schema>
-struct Routed;
-template <class Op, class R, class... Args>
-struct Routed<Op, R(Args...)> {
-  static R call(Args... args) {
-    static const c10::OperatorHandle op =
-        c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
-    static const c10::BoxedKernel router =
-        c10::BoxedKernel::makeFromFunction<&routing::route_call>();
-    return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
-        router,
-        op,
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        std::forward<Args>(args)...);
-  }
-};
 
 at::Tensor integer_histogram(
     const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
