@@ -321,6 +321,26 @@ def test_training_backward_gradients_match_and_stay_on_flagos():
         assert_close(p.grad, pc.grad, atol=1e-4, rtol=1e-3)
 
 
+def test_checkpointed_dropout_compiles_and_its_gradient_follows_the_mask():
+    # Inductor replays the checkpointed dropout's randomness itself (the AOT path without
+    # Inductor needs torch's run_and_save_rng_state, which knows no flagos: docs/compile.md).
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 8).to(FLAGOS)
+    x = torch.randn(16, 8, device=FLAGOS)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return checkpoint(lambda u: F.dropout(lin(u), 0.5, training=True), t, use_reentrant=False)
+
+    out = torch.compile(f)(x)
+    out.sum().backward()
+    assert_on_flagos(out, lin.bias.grad)
+    kept = (out != 0).float()  # the mask the forward drew; the recomputation must draw it again
+    assert 0 < kept.mean().item() < 1
+    assert_close(lin.bias.grad, kept.sum(0) * 2)
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels_last"])
 def test_convolution_net_compiles_and_trains_like_eager(channels_last: bool):
     # Compiled code checks each convolution's result against the strides torch's fake tensors
