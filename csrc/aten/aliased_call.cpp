@@ -122,12 +122,12 @@ void prepare_call(
     switch (a.kind) {
       case ArgPlan::Kind::Tensor:
         if (v.isTensor()) {
-          devices.see(v.toTensor(), a.index, false);
+          devices.see(v.toTensor(), a.index, false, a.written);
         }
         break;
       case ArgPlan::Kind::TensorList:
         for (const at::Tensor& t : v.toTensorList()) {
-          devices.see(t, a.index, false);
+          devices.see(t, a.index, false, a.written);
         }
         break;
       case ArgPlan::Kind::OptionalTensorList:

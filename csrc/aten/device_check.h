@@ -6,7 +6,8 @@
 // kernels so both reject the same calls with the same message.
 //
 // Finds the flagos device of the call and rejects mixed devices the way native backends do:
-// only 0-dim CPU tensors (and CPU index tensors in Tensor?[] arguments) may join flagos ones.
+// only 0-dim CPU tensors that are read (and CPU index tensors in Tensor?[] arguments) may join
+// flagos ones.
 
 #include "runtime/accelerator.h"
 
@@ -21,8 +22,10 @@ class DeviceCheck {
  public:
   explicit DeviceCheck(const c10::OperatorHandle& op) : op_(op) {}
 
-  // `arg` is the argument's index in the schema (named in the error message).
-  void see(const at::Tensor& t, uint16_t arg, bool cpu_allowed) {
+  // `arg` is the argument's index in the schema (named in the error message); `written`: the
+  // call writes it (out=, in-place self), so a 0-dim CPU tensor may not stand in for a flagos
+  // one there, as TensorIterator allows CPU scalars as inputs only.
+  void see(const at::Tensor& t, uint16_t arg, bool cpu_allowed, bool written = false) {
     if (!t.defined()) {
       return;
     }
@@ -36,7 +39,7 @@ class DeviceCheck {
       return;
     }
     if (device.type() == c10::DeviceType::CPU &&
-        (cpu_allowed || t.dim() == 0 || is_scalars_list(arg))) {
+        (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg))) {
       return;
     }
     if (!stray_) {

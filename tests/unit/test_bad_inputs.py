@@ -144,6 +144,26 @@ def test_zero_dim_flagos_tensor_does_not_admit_cpu_tensors() -> None:
     assert both_scalars.device.type == "flagos" and float(both_scalars) == 2.0
 
 
+# A 0-dim CPU tensor may be read beside flagos tensors, never written by a flagos operator (as
+# TensorIterator's CPU-scalar rule on cuda): `add` and `sum` have fast kernels, `lerp`'s out=
+# and `addcmul_` take the boxed router.
+WRITES_A_ZERO_DIM_CPU_TENSOR = {
+    "add_out": lambda f, c: torch.add(f, f, out=c),
+    "sum_out": lambda f, c: torch.sum(f, 0, out=c),
+    "in_place_self": lambda f, c: c.add_(f[0]),
+    "lerp_out": lambda f, c: torch.lerp(f, f, 0.5, out=c),
+    "addcmul_": lambda f, c: c.addcmul_(f[0], f[0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES_A_ZERO_DIM_CPU_TENSOR))
+def test_a_zero_dim_cpu_tensor_is_not_written_by_a_flagos_operator(name: str) -> None:
+    written = torch.tensor(7.0)
+    with pytest.raises(RuntimeError, match="same device.*flagos:0 and cpu"):
+        WRITES_A_ZERO_DIM_CPU_TENSOR[name](torch.ones(2, device="flagos"), written)
+    assert written.shape == () and float(written) == 7.0
+
+
 def test_cpu_index_tensor_allowed_for_flagos_indexing() -> None:
     src_cpu = torch.arange(10.0)
     src = src_cpu.to("flagos")

@@ -47,6 +47,13 @@ def test_floating_histogram_is_routed_and_equals_cpu() -> None:
     torch.testing.assert_close(got.cpu(), torch.histc(x, bins=7, min=-2, max=2))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_wide_integers_are_refused_as_on_cpu_and_cuda(dtype: torch.dtype) -> None:
+    # CUDA's histc takes the classic integer dtypes only; these stay refused, as on CPU.
+    with pytest.raises(NotImplementedError, match="not implemented"):
+        torch.histc(torch.arange(3).to(dtype).to("flagos"), bins=3)
+
+
 def test_integer_histogram_refuses_what_cpu_refuses() -> None:
     x = _values(torch.int32).to("flagos")
     with pytest.raises(RuntimeError, match="bins"):

@@ -133,7 +133,7 @@ class Mapped {
 
  public:
   explicit Mapped(T v) : v_(static_cast<T&&>(v)) {}
-  void see(DeviceCheck&, uint16_t) {}
+  void see(DeviceCheck&, uint16_t, bool) {}
   void map(bool) {}
   T get() {
     return static_cast<T&&>(v_);
@@ -159,8 +159,8 @@ class MappedTensor {
   ~MappedTensor() {
     release_alias(alias_);
   }
-  void see(DeviceCheck& devices, uint16_t arg) {
-    devices.see(src_, arg, false);
+  void see(DeviceCheck& devices, uint16_t arg, bool written) {
+    devices.see(src_, arg, false, written);
   }
   void map(bool written) {
     if (is_flagos(src_)) {
@@ -212,9 +212,9 @@ class Mapped<const std::optional<at::Tensor>&> {
       release_alias(*alias_);
     }
   }
-  void see(DeviceCheck& devices, uint16_t arg) {
+  void see(DeviceCheck& devices, uint16_t arg, bool written) {
     if (src_.has_value()) {
-      devices.see(*src_, arg, false);
+      devices.see(*src_, arg, false, written);
     }
   }
   void map(bool written) {
@@ -256,9 +256,9 @@ class Mapped<at::TensorList> {
   ~Mapped() {
     release_aliases();
   }
-  void see(DeviceCheck& devices, uint16_t arg) {
+  void see(DeviceCheck& devices, uint16_t arg, bool written) {
     for (const at::Tensor& t : src_) {
-      devices.see(t, arg, false);
+      devices.see(t, arg, false, written);
     }
   }
   void map(bool written) {
@@ -318,9 +318,9 @@ class Mapped<const at::ITensorListRef&> {
   ~Mapped() {
     release_aliases();
   }
-  void see(DeviceCheck& devices, uint16_t arg) {
+  void see(DeviceCheck& devices, uint16_t arg, bool written) {
     for (const at::Tensor& t : src_) {
-      devices.see(t, arg, false);
+      devices.see(t, arg, false, written);
     }
   }
   void map(bool written) {
@@ -372,7 +372,7 @@ template <>
 class Mapped<const c10::List<std::optional<at::Tensor>>&> {
  public:
   explicit Mapped(const c10::List<std::optional<at::Tensor>>& list) : src_(list) {}
-  void see(DeviceCheck& devices, uint16_t arg) {
+  void see(DeviceCheck& devices, uint16_t arg, bool /*written*/) {
     for (const std::optional<at::Tensor>& t : src_) {
       if (t.has_value()) {
         devices.see(*t, arg, true);
@@ -564,7 +564,7 @@ struct FastKernel<Op, Direct, R(Args...)> {
   static R call(routing::OpEntry& e, const OpInfo& info, std::index_sequence<I...>, Args... args) {
     std::tuple<Mapped<Args>...> m(std::forward<Args>(args)...);
     DeviceCheck devices(e.op);
-    (std::get<I>(m).see(devices, static_cast<uint16_t>(I)), ...);
+    (std::get<I>(m).see(devices, static_cast<uint16_t>(I), ((info.written >> I) & 1) != 0), ...);
     const c10::DeviceIndex index = devices.finish();
     if (!(Direct && target().direct)) {
       (std::get<I>(m).map(((info.written >> I) & 1) != 0), ...);

@@ -8,8 +8,18 @@
 namespace torch_fl::native {
 namespace {
 
+// The integer dtypes CUDA's histc takes (not bool, not the unsigned 16-64-bit ones).
 bool is_integer(const at::Tensor& t) {
-  return c10::isIntegralType(t.scalar_type(), /*includeBool=*/false);
+  switch (t.scalar_type()) {
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
 }
 
 at::Tensor integer_histogram(
