@@ -15,8 +15,18 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
+#include <string_view>
 
 namespace torch_fl {
+
+// Refuses a call whose tensors sit on two devices, in the words native backends use, naming the
+// argument and the operator; `hint` (starting "; ") says how to fix the call.
+[[noreturn]] FLAGOS_API void fail_mixed_devices(
+    const c10::Device& device,
+    const c10::Device& other,
+    std::string_view argument,
+    std::string_view op,
+    std::string_view hint = {});
 
 class DeviceCheck {
  public:
@@ -75,17 +85,11 @@ class DeviceCheck {
   }
 
   [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {
-    TORCH_CHECK(
-        false,
-        "Expected all tensors to be on the same device, but found at least two devices, flagos:",
-        static_cast<int>(index_),
-        " and ",
+    fail_mixed_devices(
+        c10::Device(c10::DeviceType::PrivateUse1, index_),
         other,
-        "! (argument '",
         op_.schema().arguments()[arg].name(),
-        "' of ",
-        op_.schema().operator_name(),
-        ")");
+        c10::toString(op_.schema().operator_name()));
   }
 
   const c10::OperatorHandle& op_;

@@ -72,12 +72,6 @@ struct OpInfo {
 };
 FLAGOS_API OpInfo make_info(const char* name, const char* overload, size_t num_args);
 
-// The boxed router, for the calls a fast kernel does not run itself.
-inline const c10::BoxedKernel& boxed_router() {
-  static const c10::BoxedKernel kernel = c10::BoxedKernel::makeFromFunction<&routing::route_call>();
-  return kernel;
-}
-
 // The `flagos::<route>` profiler event; free when no RecordFunction callback is registered.
 // The check is the dispatcher's own per-operator one (a thread-local read): at::hasCallbacks()
 // would copy the global callback list under a mutex on every call.
@@ -552,7 +546,7 @@ struct FastKernel<Op, Direct, R(Args...)> {
     }
     if (C10_UNLIKELY(route != routing::fast_route() || !info.usable)) {
       return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
-          boxed_router(), e.op, keys, std::forward<Args>(args)...);
+          routing::boxed_router(), e.op, keys, std::forward<Args>(args)...);
     }
     e.calls[route].fetch_add(1, std::memory_order_relaxed);
     RouteEvent event(route);

@@ -1,6 +1,7 @@
 #include "aten/native/convolution.h"
 
 #include "aten/alias.h"
+#include "aten/device_check.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/ops/convolution.h>
@@ -30,20 +31,14 @@ void check_same_device(
     const at::Tensor& input,
     std::initializer_list<std::pair<const char*, const at::Tensor*>> others) {
   for (const auto& [name, tensor] : others) {
-    if (tensor != nullptr && tensor->defined()) {
-      TORCH_CHECK(
-          tensor->device() == input.device(),
-          "Expected all tensors to be on the same device, but found at least two devices, ",
+    if (tensor != nullptr && tensor->defined() && tensor->device() != input.device()) {
+      fail_mixed_devices(
           input.device(),
-          " and ",
           tensor->device(),
-          "! (argument '",
           name,
-          "' of ",
           op,
-          "; move the module to the input's device, e.g. module.to(\"",
-          input.device(),
-          "\"))");
+          "; move the module to the input's device, e.g. module.to(\"" + input.device().str() +
+              "\")");
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "aten/native/histc.h"
 
+#include "aten/device_check.h"
 #include "aten/native/routed_call.h"
 
 #include <ATen/ops/histc.h>
@@ -47,13 +48,9 @@ at::Tensor& histc_out(
     return Routed<at::_ops::histc_out>::call(self, bins, min, max, out);
   }
   // As CUDA's: counts of any dtype are copied into `out`, resized as needed.
-  TORCH_CHECK(
-      out.device() == self.device(),
-      "Expected all tensors to be on the same device, but found at least two devices, ",
-      self.device(),
-      " and ",
-      out.device(),
-      "! (argument 'out' of aten::histc.out)");
+  if (out.device() != self.device()) {
+    fail_mixed_devices(self.device(), out.device(), "out", "aten::histc.out");
+  }
   const at::Tensor counts = integer_histogram(self, bins, min, max);
   out.resize_(counts.sizes());
   return out.copy_(counts);

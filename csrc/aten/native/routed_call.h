@@ -6,7 +6,6 @@
 
 #include "aten/routing/router.h"
 
-#include <ATen/core/boxing/KernelFunction.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <utility>
@@ -21,10 +20,8 @@ struct Routed<Op, R(Args...)> {
   static R call(Args... args) {
     static const c10::OperatorHandle op =
         c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
-    static const c10::BoxedKernel router =
-        c10::BoxedKernel::makeFromFunction<&routing::route_call>();
     return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
-        router,
+        routing::boxed_router(),
         op,
         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
         std::forward<Args>(args)...);

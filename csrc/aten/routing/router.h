@@ -16,6 +16,7 @@
 #include "aten/routing/conf_parser.h"
 #include "aten/routing/size_rules.h"
 
+#include <ATen/core/boxing/KernelFunction.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
@@ -93,6 +94,12 @@ FLAGOS_API void set_python_route(PythonRoute route);
 
 // The hot path: runs `op` through its route.
 FLAGOS_API void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// route_call as a boxed kernel, for flagos kernels of their own that hand calls to the router.
+inline const c10::BoxedKernel& boxed_router() {
+  static const c10::BoxedKernel kernel = c10::BoxedKernel::makeFromFunction<&route_call>();
+  return kernel;
+}
 
 // The entry of an operator (created on first use; entries live for the process).
 FLAGOS_API OpEntry& entry_of(const c10::OperatorHandle& op);
