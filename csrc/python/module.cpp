@@ -83,6 +83,20 @@ c10::Device flagos(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::PrivateUse1, index);
 }
 
+// A device index from Python: -1 (the current device) or a flagos device's index, checked
+// before it is narrowed to c10::DeviceIndex's 8 bits.
+c10::DeviceIndex from_python(int64_t index) {
+  if (index != -1) {
+    check_device_index(index);
+  }
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+// The device a Python index names (-1: the current one).
+c10::DeviceIndex resolve_from_python(int64_t index) {
+  return resolve_device_index(from_python(index));
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -98,38 +112,41 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_device_count", [] { return static_cast<int>(accelerator().device_count()); });
   m.def("_is_in_bad_fork", [] { return in_bad_fork(); });
-  m.def("_resolve_device_index", [](int index) {
-    return static_cast<int>(resolve_device_index(static_cast<c10::DeviceIndex>(index)));
+  m.def("_resolve_device_index", [](int64_t index) {
+    return static_cast<int>(resolve_from_python(index));
   });
+  m.def("_check_device_index", [](int64_t index) { check_device_index(index); });
   m.def("_current_device", [] {
     return static_cast<int>(accelerator().guard().getDevice().index());
   });
-  m.def("_set_device", [](int index) {
+  m.def("_set_device", [](int64_t index) {
+    check_device_index(index);
     accelerator().guard().setDevice(flagos(static_cast<c10::DeviceIndex>(index)));
   });
-  m.def("_exchange_device", [](int index) {
+  m.def("_exchange_device", [](int64_t index) {
     if (index < 0) {
       return -1;
     }
+    check_device_index(index);
     const auto previous =
         accelerator().guard().exchangeDevice(flagos(static_cast<c10::DeviceIndex>(index)));
     return static_cast<int>(previous.index());
   });
-  m.def("_synchronize", [](int index) {
+  m.def("_synchronize", [](int64_t index) {
     py::gil_scoped_release no_gil;
-    accelerator().guard().synchronizeDevice(resolve_device_index(index));
+    accelerator().guard().synchronizeDevice(resolve_from_python(index));
   });
 
-  m.def("_memory_stats", [](int index) { return memory_stats(resolve_device_index(index)); });
+  m.def("_memory_stats", [](int64_t index) { return memory_stats(resolve_from_python(index)); });
   m.def("_empty_cache", [] {
     py::gil_scoped_release no_gil;
     accelerator().device_allocator()->emptyCache({0, 0});
   });
-  m.def("_set_memory_fraction", [](double fraction, int index) {
-    accelerator().set_memory_fraction(fraction, resolve_device_index(index));
+  m.def("_set_memory_fraction", [](double fraction, int64_t index) {
+    accelerator().set_memory_fraction(fraction, resolve_from_python(index));
   });
-  m.def("_memory_fraction", [](int index) {
-    return accelerator().memory_fraction(resolve_device_index(index));
+  m.def("_memory_fraction", [](int64_t index) {
+    return accelerator().memory_fraction(resolve_from_python(index));
   });
   m.def("_host_memory_stats", &host_memory_stats);
   m.def("_empty_host_cache", [] {
@@ -141,11 +158,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_accumulated_host_memory_stats", [] {
     accelerator().host_allocator()->reset_accumulated_stats();
   });
-  m.def("_reset_peak_memory_stats", [](int index) {
-    accelerator().device_allocator()->resetPeakStats(resolve_device_index(index));
+  m.def("_reset_peak_memory_stats", [](int64_t index) {
+    accelerator().device_allocator()->resetPeakStats(resolve_from_python(index));
   });
-  m.def("_reset_accumulated_memory_stats", [](int index) {
-    accelerator().device_allocator()->resetAccumulatedStats(resolve_device_index(index));
+  m.def("_reset_accumulated_memory_stats", [](int64_t index) {
+    accelerator().device_allocator()->resetAccumulatedStats(resolve_from_python(index));
   });
   m.def("_memory_segments", [] {
     py::list out;
@@ -161,17 +178,17 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
-  m.def("_mem_get_info", [](int index) {
-    return accelerator().device_allocator()->getMemoryInfo(resolve_device_index(index));
+  m.def("_mem_get_info", [](int64_t index) {
+    return accelerator().device_allocator()->getMemoryInfo(resolve_from_python(index));
   });
 
-  m.def("_default_generator", [](int index) {
+  m.def("_default_generator", [](int64_t index) {
     return py::reinterpret_steal<py::object>(
-        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
+        THPGenerator_initDefaultGenerator(default_generator(from_python(index))));
   });
 
-  m.def("_device_properties", [](int index) {
-    const auto p = accelerator().properties(resolve_device_index(index));
+  m.def("_device_properties", [](int64_t index) {
+    const auto p = accelerator().properties(resolve_from_python(index));
     py::dict d;
     d["name"] = p.name;
     d["major"] = p.major;
@@ -193,14 +210,14 @@ PYBIND11_MODULE(_C, m) {
       "A native-device tensor over the same memory (zero copy).");
   m.def(
       "_native_to_flagos_view",
-      [](const at::Tensor& t, int index) {
+      [](const at::Tensor& t, int64_t index) {
         TORCH_CHECK(
             t.device().type() == accelerator().native_device_type(),
             "_native_to_flagos_view expects a ",
             accelerator().native_device_type(),
             " tensor, got one on ",
             t.device());
-        return flagos_view_of_native(t, resolve_device_index(index));
+        return flagos_view_of_native(t, resolve_from_python(index));
       },
       py::arg("tensor"),
       py::arg("index") = -1,

@@ -6,12 +6,12 @@
 
 namespace torch_fl {
 
-void check_device_index(c10::DeviceIndex index) {
+void check_device_index(int64_t index) {
   const auto count = accelerator().device_count();
   TORCH_CHECK_INDEX(
       index >= 0 && index < count,
       "Invalid device flagos:",
-      static_cast<int>(index),
+      index,
       ": this process has ",
       static_cast<int>(count),
       " flagos device(s) (flagos:0 to flagos:",
@@ -51,7 +51,7 @@ void detail::switch_device(c10::OptionalDeviceGuard& guard, c10::DeviceIndex ind
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
-  if (index < 0) {
+  if (index == -1) {
     return only_device_zero() ? 0 : accelerator().guard().getDevice().index();
   }
   check_device_index(index);

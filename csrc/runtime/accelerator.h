@@ -117,8 +117,9 @@ inline const c10::impl::DeviceGuardImplInterface& accelerator_guard() {
   return guard;
 }
 
-// Throws a c10::Error naming the valid range unless 0 <= index < device_count().
-FLAGOS_API void check_device_index(c10::DeviceIndex index);
+// Throws a c10::Error naming the valid range unless 0 <= index < device_count(). Wide, so an
+// index from Python is checked before it is narrowed to c10::DeviceIndex (257 would wrap to 1).
+FLAGOS_API void check_device_index(int64_t index);
 
 namespace detail {
 // Whether this process has exactly one flagos device: -1 until first asked, then 0 or 1.
@@ -152,7 +153,8 @@ class DeviceScope {
   c10::OptionalDeviceGuard guard_;
 };
 
-// The flagos device index a tensor option or argument resolves to (-1 means current).
+// The flagos device index a tensor option or argument resolves to (-1 means current; any other
+// negative index is refused).
 FLAGOS_API c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
 
 } // namespace torch_fl

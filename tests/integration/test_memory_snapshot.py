@@ -98,8 +98,19 @@ def test_snapshot_is_what_torch_memory_tools_read(tmp_path) -> None:
 def test_cpu_accelerator_refuses_history_and_pool_arguments() -> None:
     with pytest.raises(NotImplementedError, match="records no allocation history"):
         torch.flagos.memory._record_memory_history()
-    with pytest.raises(TypeError, match="takes no arguments on the cpu accelerator"):
+    with pytest.raises(ValueError, match="has no private memory pools"):
         torch.flagos.memory_snapshot((0, 1))
+
+
+@cpu_only
+def test_snapshot_takes_torch_cudas_arguments() -> None:
+    # torch.cuda.memory_snapshot(mempool_id=None, include_traces=True): the same calls work.
+    x = torch.empty(1000, device="flagos")
+    plain = torch.flagos.memory_snapshot()
+    assert torch.flagos.memory_snapshot(None) == plain
+    assert torch.flagos.memory_snapshot(include_traces=False) == plain
+    assert torch.flagos.memory_snapshot(mempool_id=None, include_traces=True) == plain
+    del x
 
 
 @pytest.mark.gpu

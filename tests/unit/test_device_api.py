@@ -104,6 +104,75 @@ def test_invalid_index_errors_name_the_range() -> None:
     assert F.current_device() == 0
 
 
+def test_indices_past_eight_bits_are_refused_not_wrapped() -> None:
+    # c10::DeviceIndex has 8 bits: unchecked, 257 would name flagos:1 and 256 flagos:0.
+    calls = (
+        lambda bad: F.set_device(bad),
+        lambda bad: F.synchronize(bad),
+        lambda bad: F.memory_allocated(bad),
+        lambda bad: F.get_rng_state(bad),
+        lambda bad: F.get_device_properties(bad),
+        lambda bad: F.Stream(bad),
+        lambda bad: F.set_per_process_memory_fraction(0.5, bad),
+        lambda bad: F.caching_allocator_alloc(8, bad),
+    )
+    for bad in (256, 257, 128, 1 << 40):
+        for call in calls:
+            with pytest.raises(IndexError, match=f"Invalid device flagos:{bad}"):
+                call(bad)
+    assert F.current_device() == 0
+    assert F.get_per_process_memory_fraction(1) == 1.0
+
+
+def test_negative_indices_follow_torch_cuda() -> None:
+    cpu_index = torch.ones(1).get_device()  # -1, what a CPU tensor reports
+    # Where torch.cuda asks for a real device, -1 is refused rather than read as the current one.
+    for call in (
+        lambda: F.get_device_properties(cpu_index),
+        lambda: F.get_device_name(cpu_index),
+        lambda: F.get_rng_state(cpu_index),
+        lambda: F.set_rng_state(F.get_rng_state(0), cpu_index),
+        lambda: F.set_per_process_memory_fraction(0.25, cpu_index),
+        lambda: F.get_per_process_memory_fraction(cpu_index),
+        lambda: F.can_device_access_peer(cpu_index, 0),
+        lambda: F.memory_allocated(cpu_index),
+    ):
+        with pytest.raises((IndexError, RuntimeError), match="Invalid device"):
+            call()
+    assert F.get_per_process_memory_fraction(0) == 1.0
+    # Other negative indices are refused everywhere but set_device and device(), which ignore
+    # them as torch.cuda's do; -1 names the current device where torch.cuda's C++ takes it.
+    for call in (lambda: F.current_stream(-2), lambda: F.synchronize(-2), lambda: F.Stream(-2)):
+        with pytest.raises(IndexError, match="Invalid device flagos:-2"):
+            call()
+    F.set_device(1)
+    try:
+        F.set_device(-3)
+        with F.device(-2):
+            assert F.current_device() == 1
+        assert F.current_stream(-1).device_index == 1
+        assert F.Stream(-1).device_index == 1
+        F.synchronize(-1)
+    finally:
+        F.set_device(0)
+
+
+def test_default_generators_are_the_same_objects() -> None:
+    # As torch.cuda.default_generators: one Python object per device, every time.
+    assert F.default_generators[0] is F.default_generators[0]
+    assert F.default_generators[1] is F.default_generator(1)
+    assert F.default_generator("flagos:0") is F.default_generator(torch.device("flagos", 0))
+
+
+def test_sync_debug_mode_takes_torch_cudas_values() -> None:
+    for mode, number in (("warn", 1), (2, 2), ("default", 0), (1, 1), (0, 0)):
+        F.set_sync_debug_mode(mode)
+        assert F.get_sync_debug_mode() == number
+    with pytest.raises(RuntimeError, match="expected one of `default`, `warn`, `error`"):
+        F.set_sync_debug_mode("loud")
+    assert F.get_sync_debug_mode() == 0
+
+
 def test_synchronize_forms() -> None:
     t = torch.ones(1000, device="flagos") * 2
     F.synchronize()
@@ -318,7 +387,8 @@ def test_out_of_memory_raises_torchs_error() -> None:
         # counts an OOM.
         torch.empty(1 << 50, dtype=torch.uint8, device="flagos:0")
     assert torch.flagos.memory_stats(0)["num_ooms"] == before + 1
-    torch.flagos.reset_max_memory_allocated(0)  # the older name of reset_peak_memory_stats
+    with pytest.warns(FutureWarning, match="renamed to `torch.flagos.reset_peak_memory_stats`"):
+        torch.flagos.reset_max_memory_allocated(0)  # the older name of reset_peak_memory_stats
     assert torch.flagos.max_memory_allocated(0) == torch.flagos.memory_allocated(0)
 
 
@@ -418,10 +488,14 @@ def test_older_memory_names_and_nested_statistics() -> None:
     nested = torch.flagos.memory_stats_as_nested_dict(0)
     flat = torch.flagos.memory_stats(0)
     assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"]
-    assert torch.flagos.memory_cached(0) == torch.flagos.memory_reserved(0)
-    assert torch.flagos.max_memory_cached(0) == torch.flagos.max_memory_reserved(0)
+    # Deprecated in torch.cuda, and here with the same FutureWarning.
+    with pytest.warns(FutureWarning, match="renamed to `torch.flagos.memory_reserved`"):
+        assert torch.flagos.memory_cached(0) == torch.flagos.memory_reserved(0)
+    with pytest.warns(FutureWarning, match="renamed to `torch.flagos.max_memory_reserved`"):
+        assert torch.flagos.max_memory_cached(0) == torch.flagos.max_memory_reserved(0)
     del held
-    torch.flagos.reset_max_memory_cached(0)
+    with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+        torch.flagos.reset_max_memory_cached(0)
     assert torch.flagos.max_memory_allocated(0) == torch.flagos.memory_allocated(0)
     host = torch.flagos.host_memory_stats_as_nested_dict()
     assert (
@@ -454,3 +528,38 @@ def test_device_named_amp_classes() -> None:
     scaler.update()
     assert torch.equal(w.detach().cpu(), torch.full((3,), -1.0))
     assert scaler.get_scale() == 4.0  # growth_interval 2000: unchanged
+
+
+def test_device_named_custom_fwd_and_bwd() -> None:
+    # torch.cuda.amp.custom_fwd's counterpart (deprecated there and here): under autocast the
+    # wrapped forward casts its inputs and runs with autocast off, the backward as it ran.
+    amp = torch.flagos.amp
+    with pytest.warns(FutureWarning, match="torch.amp.custom_fwd"):
+        fwd = amp.custom_fwd(cast_inputs=torch.float32)
+    with pytest.warns(FutureWarning, match="torch.amp.custom_bwd"):
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            @fwd
+            def forward(ctx, x):  # noqa: ANN001, ANN205
+                ctx.save_for_backward(x)
+                assert not torch.is_autocast_enabled("flagos")
+                return x * x
+
+            @staticmethod
+            @amp.custom_bwd
+            def backward(ctx, grad):  # noqa: ANN001, ANN205
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+
+    x = torch.randn(4, device="flagos", dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("flagos", dtype=torch.bfloat16):
+        y = Square.apply(x)
+    assert y.dtype == torch.float32
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), (2 * x.detach().float()).bfloat16().cpu())
+
+
+def test_torch_cuda_submodule_names_are_there() -> None:
+    assert torch.flagos.memory.list_gpu_processes is torch.flagos.list_gpu_processes
+    assert torch.flagos.graphs.is_current_stream_capturing() is False

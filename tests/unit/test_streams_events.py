@@ -9,6 +9,7 @@ import torch_fl
 
 F = torch.flagos
 D0 = torch.device("flagos", 0)
+ON_CPU = torch_fl.build_config.ACCELERATOR == "cpu"
 
 
 def test_default_and_current_stream() -> None:
@@ -246,3 +247,28 @@ print("COUNT", F.device_count(), "DEV", t.device, "OK")
     assert done.returncode == 0, done.stderr
     assert "COUNT 64 DEV flagos:63 OK" in done.stdout
     assert "REFUSED" in done.stdout and "flagos:0 to flagos:63" in done.stdout
+
+
+def test_events_are_instances_of_torch_flagos_event() -> None:
+    event = torch.flagos.Event(enable_timing=True)
+    assert isinstance(event, torch.flagos.Event)
+    assert isinstance(event, torch.Event)
+    assert not isinstance(torch.Event(device="cpu"), torch.flagos.Event)
+    assert not isinstance(object(), torch.flagos.Event)
+    assert isinstance(torch.flagos.Event(external=False), torch.flagos.Event)
+    with pytest.raises(ValueError, match="external=True"):
+        torch.flagos.Event(external=True)
+
+
+def test_stream_priority_and_its_range() -> None:
+    low, high = torch.flagos.Stream.priority_range()
+    assert high <= low  # lower numbers run first, as CUDA's
+    for requested in (0, -1, low, high, high - 10):
+        stream = torch.flagos.Stream(priority=requested)
+        # As torch.cuda.Stream: priorities outside the range are clamped into it.
+        assert stream.priority == min(max(requested, high), low)
+    assert torch.flagos.current_stream().priority == 0
+    if ON_CPU:
+        assert (low, high) == (0, 0)
+    else:
+        assert (low, high) == torch.cuda.Stream.priority_range()

@@ -11,13 +11,20 @@ _NAME = "flagos"
 DeviceLike = torch.device | str | int | None
 
 
-def device_index(device: DeviceLike, optional: bool = True) -> int:
-    """Turns None, an int, 'flagos', 'flagos:N' or a torch.device into an index (-1: current)."""
+def device_index(device: DeviceLike, optional: bool = True, current_ok: bool = True) -> int:
+    """Turns None, an int, 'flagos', 'flagos:N' or a torch.device into an index (-1: current).
+
+    An int must name a flagos device (IndexError naming the valid range otherwise: 257 is not
+    flagos:1), or be -1 for the current device where `current_ok`; functions that torch.cuda
+    gives only real devices (properties, RNG state, memory limits) pass current_ok=False, so a
+    CPU tensor's get_device() (-1) is refused there rather than read as the current device."""
     if device is None:
         if not optional:
             raise ValueError("Expected a flagos device, got None")
         return _C._current_device()
     if isinstance(device, int):
+        if device != -1 or not current_ok:
+            _C._check_device_index(device)
         return device
     if isinstance(device, str):
         device = torch.device(device)
@@ -43,10 +50,14 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    _lazy_init()  # as torch.cuda.current_device: asking for the device is using the runtime
     return _C._current_device()
 
 
 def set_device(device: DeviceLike) -> None:
+    """Makes `device` current; a negative int does nothing, as with torch.cuda.set_device."""
+    if isinstance(device, int) and device < 0:
+        return
     index = device_index(device)
     if index >= 0:
         _lazy_init()  # as torch.cuda.set_device: choosing a device is using the runtime
@@ -104,7 +115,8 @@ def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
     """Whether `device` can read `peer_device`'s memory directly (cpu accelerator: all flagos
     devices share host memory; cuda accelerator: CUDA's answer for the same indices)."""
     index, peer = (
-        _C._resolve_device_index(device_index(d, optional=False)) for d in (device, peer_device)
+        _C._resolve_device_index(device_index(d, optional=False, current_ok=False))
+        for d in (device, peer_device)
     )
     if _C._native_device_type() == "cuda":
         return bool(torch.cuda.can_device_access_peer(index, peer))
@@ -112,10 +124,11 @@ def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
 
 
 class device:
-    """Context manager that makes `device` current and restores the previous one."""
+    """Context manager that makes `device` current and restores the previous one (a negative
+    int: does nothing, as torch.cuda.device)."""
 
     def __init__(self, device: DeviceLike) -> None:
-        self.idx = device_index(device)
+        self.idx = -1 if isinstance(device, int) and device < 0 else device_index(device)
         self.prev_idx = -1
 
     def __enter__(self) -> None:

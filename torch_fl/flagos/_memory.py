@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 import torch
 
 from torch_fl import _C
 from torch_fl.flagos._device import DeviceLike, device_index, on_cpu_accelerator
+from torch_fl.flagos._monitoring import list_gpu_processes  # noqa: F401 (torch.cuda.memory has it)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, int]) -> None:
@@ -59,13 +61,23 @@ def max_memory_reserved(device: DeviceLike = None) -> int:
     return _C._memory_stats(_stats_device(device))["reserved_bytes"]["all"]["peak"]
 
 
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"`torch.flagos.{old}` has been renamed to `torch.flagos.{new}`",
+        FutureWarning,
+        stacklevel=3,
+    )
+
+
 def memory_cached(device: DeviceLike = None) -> int:
-    """torch.cuda's older name of memory_reserved."""
+    """torch.cuda's older name of memory_reserved (deprecated there too)."""
+    _renamed("memory_cached", "memory_reserved")
     return memory_reserved(device)
 
 
 def max_memory_cached(device: DeviceLike = None) -> int:
-    """torch.cuda's older name of max_memory_reserved."""
+    """torch.cuda's older name of max_memory_reserved (deprecated there too)."""
+    _renamed("max_memory_cached", "max_memory_reserved")
     return max_memory_reserved(device)
 
 
@@ -74,11 +86,15 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
 
 
 def reset_max_memory_allocated(device: DeviceLike = None) -> None:
-    """The older name torch.cuda keeps: resets every peak, as reset_peak_memory_stats."""
+    """An older name torch.cuda keeps (deprecated there too): resets every peak."""
+    _renamed("reset_max_memory_allocated", "reset_peak_memory_stats")
     reset_peak_memory_stats(device)
 
 
-reset_max_memory_cached = reset_max_memory_allocated  # another of torch.cuda's older names
+def reset_max_memory_cached(device: DeviceLike = None) -> None:
+    """An older name torch.cuda keeps (deprecated there too): resets every peak."""
+    _renamed("reset_max_memory_cached", "reset_peak_memory_stats")
+    reset_peak_memory_stats(device)
 
 
 def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
@@ -116,7 +132,7 @@ def reset_accumulated_host_memory_stats() -> None:
 def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) -> None:
     """Limits the memory this process may reserve on the device to `fraction` of its total, as
     torch.cuda.set_per_process_memory_fraction: past it, allocations raise OutOfMemoryError."""
-    index = _C._resolve_device_index(device_index(device))
+    index = _C._resolve_device_index(device_index(device, current_ok=False))
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0.0 <= fraction <= 1.0:
@@ -130,7 +146,7 @@ def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) 
 
 def get_per_process_memory_fraction(device: DeviceLike = None) -> float:
     """The fraction set by set_per_process_memory_fraction (1.0 unless set)."""
-    index = _C._resolve_device_index(device_index(device))
+    index = _C._resolve_device_index(device_index(device, current_ok=False))
     if _C._native_device_type() != "cuda":
         return _C._memory_fraction(index)
     native = getattr(torch.cuda, "get_per_process_memory_fraction", None)
@@ -239,19 +255,22 @@ def _segment(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> list[dict[str, Any]]:
     """The segments of flagos device memory, in torch.cuda.memory_snapshot's format.
 
     On a device accelerator flagos memory is the native pool's (flagos:N is cuda:N), so this is
-    torch.cuda.memory_snapshot(*args, **kwargs): native tensors' segments included. On the cpu
-    accelerator: every segment of the flagos pool (in use, cached, or adopted from a native
-    kernel), sorted by device and address; it takes no arguments there."""
+    torch.cuda.memory_snapshot: native tensors' segments included. On the cpu accelerator:
+    every segment of the flagos pool (in use, cached, or adopted from a native kernel), sorted
+    by device and address; that pool records no traces and has no private pools, so
+    `include_traces` changes nothing there and `mempool_id` must be None."""
     if not on_cpu_accelerator():
-        return torch.cuda.memory_snapshot(*args, **kwargs)
-    if args or kwargs:
-        raise TypeError(
-            "torch.flagos.memory_snapshot() takes no arguments on the cpu accelerator "
-            "(its pool has no memory pools or traces to select)"
+        # include_traces only when given: older torch's memory_snapshot lacks it.
+        extra = {} if include_traces else {"include_traces": False}
+        return torch.cuda.memory_snapshot(mempool_id, **extra)
+    if mempool_id is not None:
+        raise ValueError(
+            f"torch.flagos.memory_snapshot(mempool_id={mempool_id!r}): the cpu accelerator's "
+            "pool has no private memory pools; pass mempool_id=None"
         )
     segments = [_segment(raw) for raw in _C._memory_segments()]
     return sorted(segments, key=lambda s: (s["device"], s["address"]))

@@ -60,26 +60,38 @@ def list_gpu_processes(device: DeviceLike = None) -> str:
     return _driver_query("list_gpu_processes", device)
 
 
+# The cpu accelerator's sync debug mode: kept so get_sync_debug_mode() answers what was set; it
+# never fires there, as nothing waits for a device. One int, read and written whole.
+_cpu_sync_debug_mode = 0
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
 def get_sync_debug_mode() -> int:
-    """0, 1 (warn) or 2 (error) on host synchronisations; the cpu accelerator never waits on a
-    device, so it is always 0 there."""
+    """0, 1 (warn) or 2 (error) on host synchronisations, as set by set_sync_debug_mode."""
     if on_cpu_accelerator():
-        return 0
+        return _cpu_sync_debug_mode
     return torch.cuda.get_sync_debug_mode()
 
 
 def set_sync_debug_mode(debug_mode: int | str) -> None:
     """Warn about (1, "warn") or refuse (2, "error") operations that wait for the device, as
-    torch.cuda.set_sync_debug_mode: flagos waits are CUDA's, so flagos operations report too."""
-    if on_cpu_accelerator():
-        if debug_mode not in (0, "default"):
-            raise RuntimeError(
-                "torch.flagos.set_sync_debug_mode: the cpu accelerator runs every operator on "
-                "the host when it is called, so nothing waits for a device; only 0 / 'default' "
-                "applies."
-            )
+    torch.cuda.set_sync_debug_mode: flagos waits are CUDA's, so flagos operations report too.
+    The cpu accelerator takes the same values and keeps the mode, but runs every operator on the
+    host when it is called, so nothing there waits for a device to warn about."""
+    if not on_cpu_accelerator():
+        torch.cuda.set_sync_debug_mode(debug_mode)
         return
-    torch.cuda.set_sync_debug_mode(debug_mode)
+    global _cpu_sync_debug_mode
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError(
+                "invalid value of debug_mode, expected one of `default`, `warn`, `error`"
+            )
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    if debug_mode not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected 0, 1 or 2")
+    _cpu_sync_debug_mode = int(debug_mode)
 
 
 def is_tf32_supported() -> bool:

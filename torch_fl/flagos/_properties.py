@@ -20,7 +20,7 @@ class DeviceProperties:
 
 
 def get_device_properties(device: DeviceLike = None) -> DeviceProperties:
-    return DeviceProperties(**_C._device_properties(device_index(device)))
+    return DeviceProperties(**_C._device_properties(device_index(device, current_ok=False)))
 
 
 def get_device_name(device: DeviceLike = None) -> str:

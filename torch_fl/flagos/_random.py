@@ -24,8 +24,18 @@ def _unless_in_bad_fork(fn: Callable[..., None]) -> Callable[..., None]:
     return seeding
 
 
+# One Python object per device's default generator, as torch.cuda.default_generators holds:
+# `default_generator(0) is default_generator(0)`. setdefault keeps the first of two racing
+# threads' objects (both wrap the same C++ generator).
+_default_generators: dict[int, torch.Generator] = {}
+
+
 def default_generator(device: DeviceLike = None) -> torch.Generator:
-    return _C._default_generator(device_index(device))
+    index = device_index(device, current_ok=False)
+    generator = _default_generators.get(index)
+    if generator is None:
+        generator = _default_generators.setdefault(index, _C._default_generator(index))
+    return generator
 
 
 def get_rng_state(device: DeviceLike = "flagos") -> torch.Tensor:

@@ -26,7 +26,7 @@ class Stream(torch.Stream):
                 f"torch.flagos.Stream() got unexpected keyword arguments {sorted(unknown)}"
             )
         if not kwargs:
-            index = device_index(device)
+            index = _C._resolve_device_index(device_index(device))
             return super().__new__(cls, device=torch.device("flagos", index), priority=priority)
         if set(kwargs) != _EXISTING_STREAM_KEYS or device is not None:
             raise TypeError(
@@ -38,6 +38,32 @@ class Stream(torch.Stream):
             raise ValueError(f"torch.flagos.Stream: the fields describe a {stream.device} stream")
         return stream
 
+    @property
+    def priority(self) -> int:
+        """The stream's priority, as torch.cuda.Stream.priority (lower runs first; requests
+        beyond priority_range() are clamped). The cpu accelerator's streams have none: 0."""
+        if _C._native_device_type() != "cuda":
+            return 0
+        native = torch.cuda.Stream(
+            stream_id=self.stream_id,
+            device_index=self.device_index,
+            device_type=_CUDA_DEVICE_TYPE,
+        )
+        return native.priority
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(lowest, highest) stream priority, as torch.cuda.Stream.priority_range(); (0, 0) on
+        the cpu accelerator, whose streams have no priorities."""
+        if _C._native_device_type() != "cuda":
+            return (0, 0)
+        low, high = torch.cuda.Stream.priority_range()
+        return (low, high)
+
+
+# c10::DeviceType::CUDA, the `device_type` field of a CUDA stream's description.
+_CUDA_DEVICE_TYPE = 1
+
 
 def _as_flagos_stream(stream: torch.Stream) -> Stream:
     return Stream(
@@ -45,15 +71,32 @@ def _as_flagos_stream(stream: torch.Stream) -> Stream:
     )
 
 
-class Event:
+class _EventType(type):
+    """Makes `isinstance(e, torch.flagos.Event)` true for every flagos torch.Event."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "flagos"
+
+
+class Event(metaclass=_EventType):
     """Makes a torch.Event on the current flagos device (enable_timing=True allows elapsed_time).
 
-    Returns a plain torch.Event: torch's event methods accept no subclasses.
+    Returns a plain torch.Event (torch's event methods accept no subclasses), which
+    `isinstance(event, torch.flagos.Event)` recognises.
     """
 
     def __new__(
-        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+        cls,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
     ) -> torch.Event:  # type: ignore[misc]
+        if external:
+            raise ValueError(
+                "torch.flagos.Event(external=True): flagos graphs capture events as internal "
+                "dependencies only; make the event without external=True"
+            )
         return torch.Event(
             device=torch.device("flagos"),
             enable_timing=enable_timing,

@@ -3,9 +3,14 @@ getattr(torch, device_type).amp. They are torch.amp's, bound to the flagos devic
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd"]
 
 
 class autocast(torch.amp.autocast):  # noqa: N801 (torch.cuda.amp's name)
@@ -36,3 +41,28 @@ class GradScaler(torch.amp.GradScaler):
             growth_interval=growth_interval,
             enabled=enabled,
         )
+
+
+def custom_fwd(fwd: Callable[..., Any] | None = None, *, cast_inputs: torch.dtype | None = None):
+    """torch.amp.custom_fwd(..., device_type="flagos"), under torch.cuda.amp's older name (which
+    torch deprecates, as this one)."""
+    warnings.warn(
+        "`torch.flagos.amp.custom_fwd(args...)` is deprecated. "
+        "Please use `torch.amp.custom_fwd(args..., device_type='flagos')` instead.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return functools.partial(torch.amp.custom_fwd, device_type="flagos")(
+        fwd=fwd, cast_inputs=cast_inputs
+    )
+
+
+def custom_bwd(bwd: Callable[..., Any]):
+    """torch.amp.custom_bwd(..., device_type="flagos"), under torch.cuda.amp's older name."""
+    warnings.warn(
+        "`torch.flagos.amp.custom_bwd(args...)` is deprecated. "
+        "Please use `torch.amp.custom_bwd(args..., device_type='flagos')` instead.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return functools.partial(torch.amp.custom_bwd, device_type="flagos")(bwd)

@@ -25,7 +25,13 @@ from torch_fl import _C
 from torch_fl.flagos._device import current_device, on_cpu_accelerator, synchronize
 from torch_fl.flagos._host_graph import HostGraph, new_pool_id
 from torch_fl.flagos._memory import empty_cache
-from torch_fl.flagos._streams import Stream, current_stream, default_stream, stream
+from torch_fl.flagos._streams import (
+    Stream,
+    current_stream,
+    default_stream,
+    is_current_stream_capturing,  # noqa: F401 (torch.cuda.graphs has it)
+    stream,
+)
 
 PoolHandle = tuple[int, int]
 
