@@ -63,6 +63,18 @@ void describe_like(c10::TensorImpl* dst, const c10::TensorImpl* src) {
   dst->_set_neg(src->is_neg());
 }
 
+// The StorageImpl of a native alias. A subclass only to be recognised: a kernel that grows an
+// out= alias resizes this same object, which sync_from_alias tells apart from a storage the
+// kernel pointed the alias at (set_ and friends), however many of the call's aliases share it.
+class AliasStorageImpl final : public c10::StorageImpl {
+ public:
+  using c10::StorageImpl::StorageImpl;
+};
+
+bool is_alias_storage_impl(const c10::StorageImpl* impl) {
+  return typeid(*impl) == typeid(AliasStorageImpl);
+}
+
 // The TensorImpl of a native alias. A subclass only to reach TensorImpl's protected layout
 // fields: an alias copies what its flagos tensor has already worked out (sizes, strides,
 // numel and the contiguity flags) where set_sizes_and_strides would derive it all again; that
@@ -277,7 +289,7 @@ C10_NOINLINE at::Tensor make_alias(
   c10::DataPtr data = !resizable || storage->data() != nullptr
                           ? alias_data_ptr(storage, native_device)
                           : c10::DataPtr(nullptr, native_device);
-  auto alias_storage = c10::make_intrusive<c10::StorageImpl>(
+  auto alias_storage = c10::make_intrusive<AliasStorageImpl>(
       c10::StorageImpl::use_byte_size_t(),
       storage->nbytes(),
       std::move(data),
@@ -302,7 +314,7 @@ bool recyclable(const at::Tensor& alias, const void* pyobject) {
   }
   const c10::Storage& storage = impl->storage();
   c10::StorageImpl* simpl = storage.unsafeGetStorageImpl();
-  return storage.use_count() == 1 && weak_count(simpl) == 1 &&
+  return storage.use_count() == 1 && weak_count(simpl) == 1 && is_alias_storage_impl(simpl) &&
          (simpl->data_ptr().get_deleter() == &release_flagos_storage ||
           simpl->data_ptr().get() == nullptr) &&
          impl->key_set() == fresh_alias_keys(impl->is_inference()) &&
@@ -321,6 +333,10 @@ void empty_alias(const at::Tensor& alias) {
 } // namespace
 
 at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
+  // A kernel may grow a written alias only where the flagos storage may grow (not one made
+  // over memory flagos does not own, e.g. from DLPack), so the native resize refuses as it
+  // would for a native tensor over such memory.
+  resizable = resizable && flagos.unsafeGetTensorImpl()->storage().resizable();
   const c10::Device native_device = hot_facts().native_device(flagos.device().index());
   auto& pool = alias_pool;
   if (C10_LIKELY(pool.size != 0)) {
@@ -553,9 +569,10 @@ void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   c10::StorageImpl* behind = flagos_storage_behind(alias_storage);
   const bool both_empty = alias_storage.data() == nullptr && dst->storage().data() == nullptr;
   if (behind != dst->storage().unsafeGetStorageImpl() && !(behind == nullptr && both_empty)) {
-    if (behind == nullptr && alias_storage.use_count() == 1) {
-      // The kernel grew our alias: move the new memory into the caller's storage, which every
-      // view of it shares, as a native resize would.
+    if (behind == nullptr && is_alias_storage_impl(alias_storage.unsafeGetStorageImpl())) {
+      // The kernel grew our alias (the call's other aliases over the same flagos storage share
+      // it): move the new memory into the caller's storage, which every view of it shares, as
+      // a native resize would.
       auto* storage = dst->storage().unsafeGetStorageImpl();
       const size_t nbytes = alias_storage.nbytes();
       storage->set_data_ptr_noswap(

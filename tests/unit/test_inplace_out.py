@@ -402,3 +402,115 @@ def test_conj_physical_in_place_on_complex(dtype: torch.dtype) -> None:
     x = x_cpu.to("flagos")
     assert x.conj_physical_() is x
     assert torch.equal(x.cpu(), x_cpu.conj_physical_())
+
+
+def on_both(make: object) -> list[torch.Tensor]:
+    """Runs `make(device)` on the native device and on flagos; returns both results on the CPU."""
+    return [make(device).cpu() for device in (NATIVE_DEVICE, "flagos")]  # type: ignore[operator]
+
+
+def test_resize_to_the_same_shape_leaves_the_tensor_alone() -> None:
+    def transposed(device: str) -> torch.Tensor:
+        x = torch.arange(12.0, device=device).reshape(3, 4).t()
+        assert x.resize_(x.shape).stride() == (1, 4)
+        return x
+
+    def sliced(device: str) -> torch.Tensor:
+        x = torch.arange(12.0, device=device).reshape(3, 4)[:, ::2]
+        return x.resize_(3, 2)
+
+    def expanded(device: str) -> torch.Tensor:
+        x = torch.arange(4.0, device=device).expand(3, 4)
+        x.resize_(3, 4)
+        assert x.stride() == (0, 1) and x.untyped_storage().nbytes() == 16  # nothing grown
+        return x
+
+    def resized_as(device: str) -> torch.Tensor:
+        x = torch.arange(12.0, device=device).reshape(3, 4).t()
+        return x.resize_as_(torch.empty(4, 3))
+
+    for make in (transposed, sliced, expanded, resized_as):
+        native, flagos = on_both(make)
+        assert torch.equal(native, flagos), make.__name__
+
+
+def test_an_out_view_that_grows_a_storage_it_shares_with_an_input_stays_on_it() -> None:
+    # The out tensor views the input's storage: growing it grows that storage, as on CPU (the
+    # input sees the result), whether the kernel is a fast one (add, cat) or boxed (exp, mm).
+    def grow_empty_view(device: str) -> torch.Tensor:
+        buf = torch.arange(4.0, device=device)
+        out = buf[4:]
+        torch.mul(buf, 2, out=out)
+        assert out.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
+        assert buf.untyped_storage().nbytes() == 32
+        return buf.resize_(8)
+
+    def grow(op: object) -> object:
+        def run(device: str) -> torch.Tensor:
+            b = torch.tensor([1.0, 2.0, 3.0, 4.0], device=device)
+            with pytest.warns(UserWarning, match="was resized"):
+                op(b, b[2:])  # type: ignore[operator]
+            return b
+
+        run.__name__ = getattr(op, "__name__", "op")
+        return run
+
+    def add(b: torch.Tensor, out: torch.Tensor) -> None:
+        torch.add(b[:2].view(2, 1), b[:2].view(1, 2), out=out)
+
+    def cat(b: torch.Tensor, out: torch.Tensor) -> None:
+        torch.cat([b[:2], b[:2]], out=out)
+
+    def exp(b: torch.Tensor, out: torch.Tensor) -> None:
+        torch.exp(b[:2].view(2, 1).expand(2, 2), out=out)
+
+    def mm(b: torch.Tensor, out: torch.Tensor) -> None:
+        torch.mm(b[:2].view(2, 1), b[:2].view(1, 2), out=out)
+
+    for make in (grow_empty_view, grow(add), grow(cat), grow(exp), grow(mm)):
+        native, flagos = on_both(make)
+        assert torch.equal(native, flagos), make.__name__
+
+
+def test_two_outs_over_one_storage_stay_on_it() -> None:
+    x_cpu = torch.tensor([[3.0, 1.0], [2.0, 5.0]])
+
+    def apart(device: str) -> torch.Tensor:
+        # Both outs grow the storage they share with b (to 4 elements), without overlapping.
+        b = torch.zeros(2, device=device)
+        with pytest.warns(UserWarning, match="was resized"):
+            torch.aminmax(x_cpu.to(device), dim=0, out=(b[0:1], b[2:3]))
+        return b.resize_(4)
+
+    native, flagos = on_both(apart)
+    assert torch.equal(native, flagos)
+
+    b = torch.zeros(2, device="flagos")
+    with pytest.warns(UserWarning, match="was resized"):
+        low, high = torch.aminmax(x_cpu.to("flagos"), dim=0, out=(b[0:1], b[1:2]))
+    for out in (low, high):
+        assert out.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    # Both grew to 2 elements over b's storage, so they overlap in part: refused as on CPU.
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        low.copy_(high)
+
+
+def test_out_over_memory_that_cannot_grow_is_refused() -> None:
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+    ops = (
+        lambda x, y: torch.add(torch.ones(8, device=x.device), 1, out=y),
+        lambda x, y: torch.cat([x, x], out=y),
+    )
+    for device in (NATIVE_DEVICE, "flagos"):
+        for op in ops:
+            x = torch.zeros(4, device=device)
+            y = from_dlpack(to_dlpack(x))  # shares x's memory; its storage cannot be resized
+            with pytest.raises(
+                RuntimeError, match="Trying to resize storage that is not resizable"
+            ):
+                op(x, y)
+            # y's storage is still x's memory (torch has already set y's sizes to the new
+            # shape on CPU and CUDA too, so only the storage is compared).
+            assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            assert y.untyped_storage().nbytes() == 16

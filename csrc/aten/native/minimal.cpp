@@ -33,9 +33,14 @@ void check_factory_options(std::optional<at::Layout> layout, std::optional<bool>
       !pin_memory.value_or(false), "Only dense CPU tensors can be pinned; flagos tensors cannot");
 }
 
-// Sets sizes (and strides, contiguous when none are given) and grows the storage to fit.
+// Sets sizes (and strides, contiguous when none are given) and grows the storage to fit. The
+// same sizes (and strides, when given) leave the tensor as it is, as CPU's and CUDA's resize
+// do: a transposed tensor resized to its own shape keeps its strides and values.
 void resize_impl(
     c10::TensorImpl* self, at::IntArrayRef size, std::optional<at::IntArrayRef> stride) {
+  if (self->sizes() == size && (!stride.has_value() || self->strides() == *stride)) {
+    return;
+  }
   if (stride.has_value()) {
     self->set_sizes_and_strides(size, *stride);
   } else {
