@@ -397,8 +397,10 @@ void SharedAliasStorage::add_entry(
   }
   // unsafe_storage: no virtual call, and empty for the tensors without one (sparse aliases).
   const c10::Storage& storage = flagos.unsafeGetTensorImpl()->unsafe_storage();
-  if (!alias.unsafeGetTensorImpl()->unsafe_storage() || !storage || storage.data() == nullptr) {
-    return; // sparse aliases, and empty memory nothing can overlap
+  // Empty storages take part too: `torch.mul(a, b, out=a)` on an empty `a` must hand the
+  // kernel one tensor for both, or it resizes `a` where natively it refuses.
+  if (!alias.unsafeGetTensorImpl()->unsafe_storage() || !storage) {
+    return; // sparse aliases
   }
   entries_.push_back(
       {storage.unsafeGetStorageImpl(),
@@ -588,6 +590,12 @@ void sync_from_alias(const at::Tensor& original, const at::Tensor& alias) {
   if (dst->sizes() != src->sizes() || dst->strides() != src->strides() ||
       dst->storage_offset() != src->storage_offset()) {
     dst->set_sizes_and_strides(src->sizes(), src->strides(), src->storage_offset());
+  }
+  // Some kernels finish by flipping a math bit of their out= tensor (CPU's lu_solve with
+  // left=False conjugates its result lazily, CUDA's svd its Vh).
+  if (C10_UNLIKELY(dst->is_conj() != src->is_conj() || dst->is_neg() != src->is_neg())) {
+    dst->_set_conj(src->is_conj());
+    dst->_set_neg(src->is_neg());
   }
 }
 

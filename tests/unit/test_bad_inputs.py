@@ -214,3 +214,14 @@ def test_state_is_untouched_after_errors() -> None:
     with pytest.raises(RuntimeError):
         torch.add(a, torch.ones(3), out=a)
     assert torch.equal(a.cpu(), torch.ones(3))
+
+
+def test_dropout_of_a_complex_tensor_is_refused_as_natively() -> None:
+    x = torch.ones(8, dtype=torch.cfloat)
+    with pytest.raises(NotImplementedError, match="not implemented for 'ComplexFloat'"):
+        torch.nn.functional.dropout(x, 0.5)  # CPU's kernel, as the reference
+    with pytest.raises(NotImplementedError, match="not implemented for 'ComplexFloat'"):
+        torch.nn.functional.dropout(x.to("flagos"), 0.5)
+    # Outside training dropout is the identity, for complex tensors too.
+    out = torch.nn.functional.dropout(x.to("flagos"), 0.5, training=False)
+    assert torch.equal(out.cpu(), x)

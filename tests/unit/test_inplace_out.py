@@ -514,3 +514,44 @@ def test_out_over_memory_that_cannot_grow_is_refused() -> None:
             # shape on CPU and CUDA too, so only the storage is compared).
             assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
             assert y.untyped_storage().nbytes() == 16
+
+
+def test_a_math_bit_the_kernel_sets_on_its_out_tensor_reaches_the_caller() -> None:
+    # lu_solve(left=False) solves the conjugate system and leaves its out= result lazily
+    # conjugated: the bit must reach the caller's tensor, or the values read back conjugated.
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 3, dtype=torch.cfloat, generator=gen) + 3 * torch.eye(3)
+    b = torch.randn(4, 3, dtype=torch.cfloat, generator=gen)
+
+    def solve(device: str) -> torch.Tensor:
+        lu, pivots = torch.linalg.lu_factor(a.to(device))
+        out = torch.empty(4, 3, dtype=torch.cfloat, device=device)
+        returned = torch.linalg.lu_solve(lu, pivots, b.to(device), left=False, out=out)
+        assert returned is out
+        assert out.is_conj()  # as on the native device
+        return out
+
+    native, flagos = on_both(solve)
+    torch.testing.assert_close(flagos, native)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: torch.mul(a, b, out=a),
+        lambda a, b: torch.add(a, b, out=a),
+        lambda a, b: torch.atan2(a, b, out=a),
+        lambda a, b: torch.maximum(a, b, out=a),
+        lambda a, b: a.logical_and_(b),
+        lambda a, b: a.ldexp_(b),
+    ],
+    ids=["mul", "add", "atan2", "maximum", "logical_and_", "ldexp_"],
+)
+def test_an_empty_out_that_is_also_an_input_is_not_broadcast(op: object) -> None:
+    # As with non-empty tensors: the output is the input, which TensorIterator does not resize.
+    for device in (NATIVE_DEVICE, "flagos"):
+        a = torch.zeros(0, 1, 3, device=device)
+        b = torch.zeros(0, 10, 3, device=device)
+        with pytest.raises(RuntimeError, match=r"output with shape \[0, 1, 3\] doesn't match"):
+            op(a, b)  # type: ignore[operator]
+        assert a.shape == (0, 1, 3), device

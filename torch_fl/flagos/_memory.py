@@ -24,7 +24,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, int]) -> None:
 def _stats_device(device: DeviceLike) -> int:
     """The device index of a statistics query; a negative int is refused as torch.cuda's
     allocator refuses it, rather than answering for the current device."""
-    index = device_index(device)
+    index = device if isinstance(device, int) and device < 0 else device_index(device)
     if index < 0:
         raise RuntimeError(
             f"Invalid device argument {index}: expected a flagos device index from 0 to "

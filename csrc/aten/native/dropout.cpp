@@ -15,6 +15,10 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(c10::kBool))};
   }
+  // CPU's kernel draws its mask in the input's dtype and CUDA's dispatches floating types only:
+  // both refuse complex inputs, which a bool mask would otherwise let through.
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !input.is_complex(), "\"native_dropout\" not implemented for '", input.scalar_type(), "'");
   const double keep = 1. - p;
   const double scale = keep == 0 ? 0. : 1. / keep;
   // A bool mask in the input's layout, as CUDA's kernel and recent CPU ones make it (and as the
