@@ -11,6 +11,11 @@ that involve no flagos tensor run during capture only (CUDA graphs do not replay
 either), and those that wait for the device's results (`.item()`, `nonzero`, copies to the cpu)
 are refused, as a CUDA capture refuses them.
 
+A CUDA capture runs nothing, so tensors that existed before it hold the same values after it:
+the recorder saves each one's contents before an operator of the capture first writes it and
+puts them back when the capture ends (a training step captured whole updates the weights on
+replays only, as on CUDA). Tensors made during the capture keep what the capture computed.
+
 Replays cost what the recorded calls cost (plus a copy per functional result): this exists so
 that code written for graphs runs unchanged on the cpu accelerator, not to make it faster.
 """
@@ -69,10 +74,46 @@ def _is_view(func: torch._ops.OpOverload) -> bool:
     )
 
 
+def _written(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors `func` writes (its Tensor(a!) arguments, lists included)."""
+    written: list[torch.Tensor] = []
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(argument.name)
+        written.extend(_tensors(value))
+    return written
+
+
+def _region(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.steps: list[tuple[Any, tuple, dict, Any]] = []
+        # Memory the capture allocated (storage addresses), and the contents of earlier
+        # tensors as they were before the capture first wrote them, in order.
+        self._fresh: set[int] = set()
+        self._saved: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _save_before_write(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+        for t in _written(func, args, kwargs):
+            if t.device.type != "flagos" or t.untyped_storage().data_ptr() in self._fresh:
+                continue
+            region = _region(t)
+            if region not in self._saved:
+                self._saved[region] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        """Puts back what the capture wrote into tensors made before it (latest first, so a
+        region written through two views ends as it began)."""
+        with torch.no_grad():
+            for t, before in reversed(self._saved.values()):
+                if t.shape == before.shape:  # an out= the capture resized is left as it is
+                    t.detach().copy_(before)
+        self._saved.clear()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -92,7 +133,14 @@ class _Recorder(TorchDispatchMode):
                     "copying a flagos tensor to the host inside a graph capture waits for the "
                     "device (a CUDA capture refuses it too); copy outside the capture"
                 )
+        mutable = func._schema.is_mutable
+        if mutable:
+            self._save_before_write(func, args, kwargs)
         out = func(*args, **kwargs)
+        if not mutable and not _is_view(func):
+            self._fresh.update(
+                t.untyped_storage().data_ptr() for t in _tensors(out) if t.device.type == "flagos"
+            )
         if _on_flagos(args, kwargs, out) and not _is_view(func) and func not in _NO_REPLAY:
             self.steps.append((func, args, kwargs, out))
         return out
@@ -119,6 +167,7 @@ class HostGraph:
             raise RuntimeError("capture_end() without capture_begin()")
         recorder, self._recorder = self._recorder, None
         recorder.__exit__(None, None, None)
+        recorder.restore()
         self._steps = recorder.steps
         self._captured = True
         if warn_if_empty and not self._steps:  # as CUDA warns of an empty graph
