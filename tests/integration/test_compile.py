@@ -502,6 +502,37 @@ def test_outputs_on_flagos_including_views_and_new_tensors():
     assert outs[0].data_ptr() == x[:, 1:3].data_ptr()  # views alias their input
 
 
+def test_cpp_wrapper_and_aot_inductor_refuse_with_the_reason():
+    # Inductor's C++ wrapper names devices through a table of torch's own; without the refusal
+    # it failed an assertion ("flagos not found in DEVICE_TO_ATEN") deep in code generation.
+    from torch._inductor.exc import InductorError
+
+    model = nn.Linear(8, 4).to(FLAGOS)
+    x = rand(2, 8)
+    with pytest.raises(InductorError, match="cpp_wrapper=True and AOTInductor"):
+        torch.compile(model, options={"cpp_wrapper": True})(x)
+    program = torch.export.export(model, (x,))
+    with pytest.raises(InductorError, match="do not support flagos tensors"):
+        torch._inductor.aoti_compile_and_package(program)
+    assert_close(torch.compile(model)(x), model(x))  # the default wrapper still works
+
+
+@pytest.mark.skipif(ON_CUDA, reason="the cpu accelerator's C++ code generation")
+def test_combo_kernels_are_refused_with_the_reason():
+    import torch._inductor.config as inductor_config
+    from torch._inductor.exc import InductorError
+
+    def fn(x, y):
+        return (x * 2).sum(0), (y + 1).relu()
+
+    x, y = rand(8, 8), rand(16)
+    with inductor_config.patch(combo_kernels=True):
+        with pytest.raises(InductorError, match="combo_kernels=True does not work for flagos"):
+            torch.compile(fn)(x, y)
+    torch._dynamo.reset()
+    check_against_eager_and_cpu(fn, x, y)  # off, as by default: compiles
+
+
 @pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices")
 def test_second_device_stays_on_its_index():
     def fn(x, y):

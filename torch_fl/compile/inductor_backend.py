@@ -201,6 +201,17 @@ def _cpp_scheduling() -> type:
         return config.patch(cuda_backend="cpp")
 
     class FlagosCppScheduling(CppScheduling):
+        def __init__(self, scheduler: Any) -> None:
+            # Inductor leaves only cpu and mps nodes out of combo kernels, then asserts on a
+            # combo node for any scheduling that is not a SIMD one: say so before that.
+            if config.combo_kernels:
+                raise NotImplementedError(
+                    "torch._inductor.config.combo_kernels=True does not work for flagos tensors "
+                    "on the cpu accelerator (Inductor's C++ code generation has no combo "
+                    "kernels); leave it off (its default) for flagos graphs"
+                )
+            super().__init__(scheduler)
+
         def codegen_node(self, node: Any) -> None:
             with as_cpp_backend():
                 super().codegen_node(node)
@@ -216,14 +227,29 @@ def _cpp_scheduling() -> type:
     return FlagosCppScheduling
 
 
+CPP_WRAPPER_UNSUPPORTED = (
+    "torch.compile with cpp_wrapper=True and AOTInductor "
+    "(torch._inductor.aoti_compile_and_package) do not support flagos tensors: Inductor's C++ "
+    "wrapper names devices through a fixed table of torch's built-in ones. Use torch.compile's "
+    "default Python wrapper, or run an exported program with ExportedProgram.module()"
+)
+
+
+@functools.cache
 def _cpp_wrapper() -> type:
     if USES_TRITON:
-        from torch._inductor.codegen.cpp_wrapper_gpu import CppWrapperGpu
+        from torch._inductor.codegen.cpp_wrapper_gpu import CppWrapperGpu as CppWrapper
+    else:
+        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu as CppWrapper
 
-        return CppWrapperGpu
-    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    class FlagosCppWrapper(CppWrapper):
+        """Refuses with the reason, where Inductor would fail an assertion deep in codegen."""
 
-    return CppWrapperCpu
+        @staticmethod
+        def create(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError(CPP_WRAPPER_UNSUPPORTED)
+
+    return FlagosCppWrapper
 
 
 @functools.cache
