@@ -323,7 +323,8 @@ def churn(index):
     while not stop:
         torch.empty(300000, dtype=torch.uint8, device=f"flagos:{index}")
         torch.empty(1000).pin_memory()
-threads = [threading.Thread(target=churn, args=(i % 2,), daemon=True) for i in range(4)]
+count = torch.flagos.device_count()  # 2 by default; FLAGOS_CPU_DEVICE_COUNT may set 1
+threads = [threading.Thread(target=churn, args=(i % count,), daemon=True) for i in range(4)]
 for t in threads:
     t.start()
 time.sleep(0.2)
@@ -332,7 +333,7 @@ for i in range(150):
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(5, exit=True)  # a hung child exits 1
-        torch.ones(10, device=f"flagos:{i % 2}")
+        torch.ones(10, device=f"flagos:{i % count}")
         torch.empty(10).pin_memory()
         os._exit(0)
     stuck += os.waitpid(pid, 0)[1] != 0
