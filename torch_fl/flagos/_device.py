@@ -58,10 +58,9 @@ def set_device(device: DeviceLike) -> None:
     """Makes `device` current; a negative int does nothing, as with torch.cuda.set_device."""
     if isinstance(device, int) and device < 0:
         return
-    index = device_index(device)
-    if index >= 0:
-        _lazy_init()  # as torch.cuda.set_device: choosing a device is using the runtime
-        _C._set_device(index)
+    index = device_index(device)  # a flagos device's index from here on
+    _lazy_init()  # as torch.cuda.set_device: choosing a device is using the runtime
+    _C._set_device(index)
 
 
 def synchronize(device: DeviceLike = None) -> None:
