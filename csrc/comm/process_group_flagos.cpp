@@ -4,6 +4,8 @@
 #include "comm/work.h"
 #include "runtime/accelerator.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -28,7 +30,18 @@ at::Tensor as_world_blocks(
   return world_tensor.view(shape);
 }
 
+std::mutex part_factory_mutex;
+ProcessGroupFlagOS::PartFactory& part_factory() {
+  static ProcessGroupFlagOS::PartFactory factory;
+  return factory;
+}
+
 } // namespace
+
+void ProcessGroupFlagOS::set_part_factory(PartFactory factory) {
+  std::lock_guard<std::mutex> lock(part_factory_mutex);
+  part_factory() = std::move(factory);
+}
 
 ProcessGroupFlagOS::ProcessGroupFlagOS(
     c10::intrusive_ptr<c10d::Backend> inner, std::string tier, TensorPath path)
@@ -105,7 +118,84 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
       WorkContext{"coalesced collectives", tier_name_, path_, getRank(), getSize()});
 }
 
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFlagOS::getBackendOptions() {
+  auto options = c10::make_intrusive<Options>(timeout_);
+  options->group_name = getGroupUid();
+  options->group_desc = getGroupDesc();
+  options->global_ranks_in_group = global_ranks_;
+  return options;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupFlagOS::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  // The members of a part meet under a prefix of this group's own store that they all agree
+  // on. The store torch passes is prefixed with the new group's name, which torch derives from
+  // how many groups a rank knows: ranks left out of an earlier new_group compute another name.
+  // Every rank of this group takes part in every split (split_group requires it), so the count
+  // of splits is the same in all of them.
+  const uint64_t split = splits_++;
+  std::string prefix = c10::str("flagos_split/", split, "/");
+  for (const int r : ranks) {
+    prefix += c10::str(r, ",");
+  }
+  SplitPart part{
+      c10::make_intrusive<c10d::PrefixStore>(prefix, store_ ? store_ : store),
+      -1,
+      static_cast<int>(ranks.size()),
+      timeout_,
+      getGroupUid(),
+      {}};
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    TORCH_CHECK(
+        r >= 0 && r < getSize(),
+        "ProcessGroupFlagOS (tier ",
+        tier_,
+        "): cannot split rank ",
+        r,
+        " off a group of ",
+        getSize(),
+        " ranks; split_ranks take the parent group's ranks, 0 to ",
+        getSize() - 1);
+    if (r == getRank()) {
+      part.rank = static_cast<int>(i);
+    }
+    part.global_ranks.push_back(global_ranks_.empty() ? r : global_ranks_.at(r));
+  }
+  if (part.rank < 0) { // this rank is in none of the parts
+    return nullptr;
+  }
+  if (opts) { // split_group's copy of getBackendOptions(), or any backend's options
+    part.timeout = opts->timeout;
+    part.group_name = opts->group_name;
+  }
+  PartFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(part_factory_mutex);
+    factory = part_factory();
+  }
+  TORCH_CHECK(
+      factory,
+      "ProcessGroupFlagOS: splitting needs torch_fl's Python bindings (import torch_fl.comm)");
+  auto created = factory(*this, part);
+  if (const auto bound = getBoundDeviceId()) {
+    created->setBoundDeviceId(bound);
+  }
+  return created;
+}
+
+void ProcessGroupFlagOS::eagerConnectSingleDevice(at::Device device) {
+  const auto native =
+      device.type() == kFlagos ? accelerator().native_device(device.index()) : device;
+  if (native.has_index()) { // the cpu accelerator's native device (cpu) has none
+    inner_->eagerConnectSingleDevice(native);
+  }
+}
+
 void ProcessGroupFlagOS::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
   inner_->setTimeout(timeout);
 }
 

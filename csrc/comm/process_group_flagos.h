@@ -16,6 +16,9 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +32,28 @@ FLAGOS_API const char* tensor_path_name(TensorPath path);
 
 class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
  public:
+  // What split_group copies from a group and hands back to split(): torch's own fields only
+  // (timeout, name), because a part is created the way its parent was, whatever the tier.
+  struct FLAGOS_API Options : c10d::Backend::Options {
+    explicit Options(std::chrono::milliseconds timeout)
+        : c10d::Backend::Options("flagos", timeout) {}
+  };
+
+  // One part of a split, as this rank's member of it will be created.
+  struct SplitPart {
+    c10::intrusive_ptr<c10d::Store> store; // where the part's members meet
+    int rank;
+    int size;
+    std::chrono::milliseconds timeout;
+    std::string group_name;
+    std::vector<uint64_t> global_ranks;
+  };
+  // Creates a part with the parent's tier and path (set by the Python bindings: the tiers'
+  // inner backends are built in torch_fl/comm/process_group.py).
+  using PartFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+      const ProcessGroupFlagOS& parent, const SplitPart& part)>;
+  static void set_part_factory(PartFactory factory);
+
   // `tier` names the inner backend's tier ("nccl", "gloo", ...) for messages and inspection.
   ProcessGroupFlagOS(c10::intrusive_ptr<c10d::Backend> inner, std::string tier, TensorPath path);
   ~ProcessGroupFlagOS() override;
@@ -64,6 +89,34 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
   const Reasons& unavailable() const {
     return unavailable_;
   }
+
+  // The group's store, global ranks (empty for the default group: all of them) and timeout,
+  // recorded by the Python factory; split parts are created from them.
+  void set_group(
+      c10::intrusive_ptr<c10d::Store> store,
+      std::vector<uint64_t> global_ranks,
+      std::chrono::milliseconds timeout) {
+    store_ = std::move(store);
+    global_ranks_ = std::move(global_ranks);
+    timeout_ = timeout;
+  }
+
+  // Splitting: dist.split_group, and the sub-groups of a DeviceMesh of two or more dimensions
+  // once init_process_group(device_id=...) bound the default group. Each part is created
+  // afresh with this group's tier and path, as dist.new_group would create it (not with the
+  // inner backend's split, e.g. ncclCommSplit): every tier can do that, and ranks left out of
+  // a new_group then have nothing to take part in.
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // torch calls it for init_process_group(device_id=...) when a backend can split: NCCL then
+  // creates its communicator at once, as it does for cuda.
+  void eagerConnectSingleDevice(at::Device device) override;
 
   bool supportsCoalescing() const override;
   void startCoalescing() override;
@@ -156,6 +209,11 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
   std::string profile_;
   Reasons skip_reasons_;
   Reasons unavailable_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::vector<uint64_t> global_ranks_;
+  std::atomic<uint64_t> splits_{0};
+  std::chrono::milliseconds timeout_ =
+      std::chrono::minutes(30); // torch's default; set_group sets it
   // Between startCoalescing() and endCoalescing(): NCCL coalesces natively; for the other
   // tiers the works issued meanwhile are collected and endCoalescing() returns one work over
   // all of them.

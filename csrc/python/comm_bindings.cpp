@@ -11,6 +11,7 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
@@ -65,6 +66,27 @@ comm::TensorPath parse_path(const std::string& path) {
       "'; valid paths: zero_copy, host_staged");
 }
 
+// A part of a split group is built like any flagos group: by torch_fl.comm.process_group, in
+// Python, with the parent's tier and path.
+c10::intrusive_ptr<c10d::Backend> create_split_part(
+    const comm::ProcessGroupFlagOS& parent, const comm::ProcessGroupFlagOS::SplitPart& part) {
+  py::gil_scoped_acquire gil;
+  auto create = py::module_::import("torch_fl.comm.process_group").attr("create_split_part");
+  py::object created = create(
+      parent.tier(),
+      comm::tensor_path_name(parent.path()),
+      parent.profile(),
+      parent.skip_reasons(),
+      parent.unavailable(),
+      part.store,
+      part.rank,
+      part.size,
+      part.timeout,
+      part.group_name,
+      part.global_ranks);
+  return created.cast<c10::intrusive_ptr<comm::ProcessGroupFlagOS>>();
+}
+
 py::module_ bind_comm() {
   auto core = py::module_::import("torch_fl._C");
   if (py::hasattr(core, "_comm")) {
@@ -73,10 +95,27 @@ py::module_ bind_comm() {
   py::module_::import("torch.distributed"); // registers c10d::Backend with pybind11
   auto sub = core.def_submodule("_comm", "c10d backend for flagos tensors");
   using comm::ProcessGroupFlagOS;
-  py::class_<ProcessGroupFlagOS, c10d::Backend, c10::intrusive_ptr<ProcessGroupFlagOS>>(
+  py::class_<ProcessGroupFlagOS, c10d::Backend, c10::intrusive_ptr<ProcessGroupFlagOS>> backend(
       sub,
       "ProcessGroupFlagOS",
-      "c10d backend for flagos tensors over an inner gloo or NCCL backend")
+      "c10d backend for flagos tensors over an inner gloo or NCCL backend");
+  using SplitOptions = ProcessGroupFlagOS::Options;
+  py::class_<SplitOptions, c10d::Backend::Options, c10::intrusive_ptr<SplitOptions>>(
+      backend,
+      "Options",
+      "torch's fields of a flagos group's options (timeout, name): what split_group copies")
+      .def(py::init<std::chrono::milliseconds>(), py::arg("timeout"))
+      .def(
+          "__copy__",
+          [](const SplitOptions& self) { return c10::make_intrusive<SplitOptions>(self); })
+      .def(
+          "__deepcopy__",
+          [](const SplitOptions& self, const py::dict&) {
+            return c10::make_intrusive<SplitOptions>(self);
+          },
+          py::arg("memo"));
+  ProcessGroupFlagOS::set_part_factory(create_split_part);
+  backend
       .def(
           py::init([](const c10::intrusive_ptr<c10d::Backend>& inner,
                       const std::string& tier,
@@ -92,6 +131,20 @@ py::module_ bind_comm() {
           py::arg("profile"),
           py::arg("skip_reasons"),
           py::arg("unavailable"))
+      .def(
+          "_set_group",
+          &ProcessGroupFlagOS::set_group,
+          py::arg("store"),
+          py::arg("global_ranks"),
+          py::arg("timeout"))
+      .def_property_readonly("options", &ProcessGroupFlagOS::getBackendOptions)
+      .def(
+          "perform_nocolor_split",
+          // torch calls it in the ranks a new_group leaves out when the default group's backend
+          // can split (NCCL's must take part in the split that makes the group); flagos groups
+          // are never made by splitting a communicator, so there is nothing to take part in.
+          [](const ProcessGroupFlagOS&, const py::object& /*device*/) {},
+          py::arg("device"))
       .def_property_readonly("tier", &ProcessGroupFlagOS::tier)
       .def_property_readonly("profile", &ProcessGroupFlagOS::profile)
       .def_property_readonly("skip_reasons", &ProcessGroupFlagOS::skip_reasons)

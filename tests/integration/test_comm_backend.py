@@ -178,6 +178,35 @@ def test_cpu_gloo_and_flagos_flagos_serve_both_devices() -> None:
     assert comm.tier_info().tier in comm.TIERS
 
 
+@pytest.mark.parametrize("host_staged", [False, True])
+def test_a_device_bound_group_splits_into_groups_of_its_tier_and_path(host_staged) -> None:
+    # init_process_group(device_id=) makes torch split the default group for split_group and
+    # for a DeviceMesh of two or more dimensions; a part keeps its parent's tier and path.
+    import copy
+    from datetime import timedelta
+
+    options = comm.Options(tier="gloo", host_staged=True) if host_staged else None
+    _init(device_id=torch.device("flagos", 0), pg_options=options, timeout=timedelta(seconds=77))
+    backend = comm.backend_of()
+    assert backend.supports_splitting
+    copied = copy.deepcopy(backend.options)  # what split_group does with them
+    assert copied is not backend.options and copied._timeout == timedelta(seconds=77)
+    part = dist.split_group(split_ranks=[[0]], timeout=timedelta(seconds=55))
+    assert comm.tier_info(part) == comm.tier_info()
+    assert comm.backend_of(part) is not backend
+    assert comm.backend_of(part).options._timeout == timedelta(seconds=55)
+    ref = torch.arange(6.0).reshape(2, 3)
+    t = ref.to("flagos")
+    dist.all_reduce(t, group=part, op=dist.ReduceOp.AVG)
+    torch.testing.assert_close(t.cpu(), ref)
+
+
+def test_a_split_naming_a_rank_outside_the_group_is_refused() -> None:
+    _init(device_id=torch.device("flagos", 0))
+    with pytest.raises(RuntimeError, match="cannot split rank 1 off a group of 1 ranks"):
+        dist.split_group(split_ranks=[[1]])
+
+
 def test_a_group_without_the_flagos_backend_is_reported() -> None:
     _init(backend="gloo")
     with pytest.raises(RuntimeError):

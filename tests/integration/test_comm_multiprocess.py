@@ -55,6 +55,19 @@ def test_host_staged_gloo_runs_every_collective_and_ddp() -> None:
         assert any(c.startswith("DDP buckets=") for c in report["checks"])
 
 
+@pytest.mark.skipif(
+    torch_fl.build_config.ACCELERATOR != "cpu" and torch_fl.flagos.device_count() < 4,
+    reason="needs four flagos devices (the cpu accelerator makes them)",
+)
+def test_groups_split_off_a_device_bound_default_group_work() -> None:
+    # Four ranks: a 2 x 2 DeviceMesh (split_group per dimension), its flattening, split_group
+    # after a new_group that left two ranks out, and HSDP over the mesh against one process.
+    for report in live.launch(4, "mesh", timeout=60.0):
+        assert "failure" not in report, report.get("failure") or report["output"]
+        assert any(c.startswith("HSDP(2, 2)") for c in report["checks"]), report["checks"]
+        assert any(c.startswith("split_group") for c in report["checks"]), report["checks"]
+
+
 def test_the_flagcx_tier_runs_every_collective_and_ddp() -> None:
     # FlagCX itself is not installable here; its stand-in registers a gloo-backed "flagcx"
     # backend the way FlagCX's torch plugin does, so this checks the tier's wiring end to end.

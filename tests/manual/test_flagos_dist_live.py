@@ -4,14 +4,15 @@
 
 starts one process per rank (rank r on flagos:r, rendezvous through a FileStore in a temporary
 directory), runs every collective the backend implements, a DistributedDataParallel training
-loop, nn.SyncBatchNorm, an FSDP2 (fully_shard) training loop, a tensor-parallel (DTensor) one
-and a distributed checkpoint of an FSDP2 model, and checks each result against a reference
-computed in the same process without torch.distributed (every rank's input is a function of its
-rank). On the cpu
-accelerator the ranks run on virtual devices (FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each
-rank takes one GPU.
+loop, nn.SyncBatchNorm, an FSDP2 (fully_shard) training loop, an HSDP one over a two-dimensional
+DeviceMesh (whose groups torch splits off the default group; split_group too), a tensor-parallel
+(DTensor) one and a distributed checkpoint of an FSDP2 model, and checks each result against a
+reference computed in the same process without torch.distributed (every rank's input is a
+function of its rank). On the cpu accelerator the ranks run on virtual devices
+(FLAGOS_CPU_DEVICE_COUNT); on a GPU machine each rank takes one GPU.
 
-Options: --tier flagcx|nccl|gloo requests a tier (default: the first usable one),
+Options: --scenario mesh runs only the split groups and HSDP (use --world-size 4 for a 2 x 2
+mesh), --tier flagcx|nccl|gloo requests a tier (default: the first usable one),
 --host-staged forces host staging on the gloo tier, --timeout bounds every collective.
 pytest collects the same run as test_live (skipped with fewer devices than ranks).
 """
@@ -338,8 +339,9 @@ def run_sync_batch_norm(rank: int, world: int, device, steps: int = 2) -> list[s
     return done
 
 
-def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
-    """FSDP2 (fully_shard) on flagos against plain training in one process."""
+def run_fsdp(rank: int, world: int, device, steps: int = 3, mesh=None) -> list[str]:
+    """FSDP2 (fully_shard) on flagos against plain training in one process; over a mesh of two
+    dimensions, HSDP (replicated across the first, sharded across the second)."""
     import torch
     import torch.distributed as dist
 
@@ -349,7 +351,8 @@ def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
         return ["FSDP2 skipped (torch has no fully_shard)"]
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh("flagos", (world,))
+    label = "FSDP2" if mesh is None else f"HSDP{tuple(mesh.shape)}"
+    mesh = mesh if mesh is not None else init_device_mesh("flagos", (world,))
     reference = _model(11)
     model = _model(11).to(device)
     for layer in model:
@@ -372,10 +375,54 @@ def run_fsdp(rank: int, world: int, device, steps: int = 3) -> list[str]:
     full = {name: p.full_tensor() for name, p in model.state_dict().items()}
     for name, q in reference.state_dict().items():
         if full[name].device.type != "flagos":
-            raise AssertionError(f"FSDP2 parameter {name} on {full[name].device}")
-        _check(f"FSDP2 {name}", full[name], q, done, atol=1e-4)
+            raise AssertionError(f"{label} parameter {name} on {full[name].device}")
+        _check(f"{label} {name}", full[name], q, done, atol=1e-4)
     dist.barrier()
     return done
+
+
+def _all_reduce_check(
+    name: str, rank: int, group, device, done: list[str], split: bool = True
+) -> None:
+    """all_reduce of each member's rank input over `group` against their sum. A group split
+    off the default group has its tier and tensor path (a new_group without pg_options has
+    the default ones, as torch's own backends' do)."""
+    import torch.distributed as dist
+
+    import torch_fl
+
+    parent, info = torch_fl.comm.tier_info(), torch_fl.comm.tier_info(group)
+    if split and (info.tier, info.path) != (parent.tier, parent.path):
+        raise AssertionError(f"{name}: tier {info} differs from the default group's {parent}")
+    members = dist.get_process_group_ranks(group)
+    t = _rank_input(rank, device=device)
+    dist.all_reduce(t, group=group)
+    _check(f"{name} {members}", t, sum(_rank_input(r) for r in members), done)
+
+
+def run_mesh(rank: int, world: int, device) -> list[str]:
+    """Groups made by splitting the device-bound default group: a DeviceMesh of two dimensions,
+    its flattening, dist.split_group after a new_group that left ranks out (they then disagree
+    on the new group's name), and HSDP over the mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    done: list[str] = []
+    shape = (2, world // 2) if world >= 4 and world % 2 == 0 else (1, world)
+    mesh = init_device_mesh("flagos", shape, mesh_dim_names=("replicate", "shard"))
+    for dim in ("replicate", "shard"):
+        _all_reduce_check(f"mesh{shape} {dim}", rank, mesh.get_group(dim), device, done)
+    if hasattr(mesh, "_flatten"):
+        flat = mesh._flatten("replicate_shard")
+        _all_reduce_check(f"mesh{shape} flattened", rank, flat.get_group(), device, done)
+    half = dist.new_group(list(range(max(1, world // 2))))
+    if rank < max(1, world // 2):
+        _all_reduce_check("new_group", rank, half, device, done, split=False)
+    parts = [p for p in (list(range(0, world, 2)), list(range(1, world, 2))) if p]
+    part = dist.split_group(split_ranks=parts)
+    _all_reduce_check("split_group", rank, part, device, done)
+    dist.barrier()
+    return done + run_fsdp(rank, world, device, mesh=mesh)
 
 
 def run_dcp(rank: int, world: int, device, directory: str) -> list[str]:
@@ -541,10 +588,13 @@ def worker(args) -> int:
                 + run_ddp(rank, world, device)
                 + run_sync_batch_norm(rank, world, device)
                 + run_fsdp(rank, world, device)
+                + run_mesh(rank, world, device)
                 + run_tp(rank, world, device)
                 + run_dcp(rank, world, device, str(Path(args.init_file).parent / "dcp"))
             )
             dist.barrier()
+        elif args.scenario == "mesh":
+            report["checks"] = run_mesh(rank, world, device)
         elif args.scenario == "peer_exit":
             # The last rank leaves without taking part; the others must get an error, not hang.
             # It leaves only once every rank has finished init_process_group: leaving during
@@ -695,7 +745,9 @@ def main() -> int:
     parser.add_argument("--tier", choices=("flagcx", "nccl", "gloo"))
     parser.add_argument("--host-staged", action="store_true")
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--scenario", default="all", choices=("all", "peer_exit", "peer_silent"))
+    parser.add_argument(
+        "--scenario", default="all", choices=("all", "mesh", "peer_exit", "peer_silent")
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--init-file", help=argparse.SUPPRESS)

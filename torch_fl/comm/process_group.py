@@ -294,6 +294,40 @@ def create_backend(dist_opts, backend_options=None):
     inner = _make_inner(choice.tier, dist_opts)
     backend = _C._comm_init().ProcessGroupFlagOS(inner, choice.tier, choice.path)
     backend._set_selection(choice.profile, choice.skip_reasons, choice.unavailable)
+    backend._set_group(dist_opts.store, list(dist_opts.global_ranks_in_group), dist_opts.timeout)
+    return backend
+
+
+def create_split_part(
+    tier: str,
+    path: str,
+    profile: str,
+    skip_reasons: dict[str, str],
+    unavailable: dict[str, str],
+    store,
+    group_rank: int,
+    group_size: int,
+    timeout,
+    group_name: str,
+    global_ranks: list[int],
+):
+    """This rank's part of a split flagos group (ProcessGroupFlagOS::split calls it): a new
+    group over the part's ranks with the parent's tier and tensor path, built as new_group
+    builds one."""
+    import torch.distributed as dist
+
+    from torch_fl import _C
+
+    dist_opts = dist.distributed_c10d._DistributedBackendOptions()
+    dist_opts.store = store
+    dist_opts.group_rank = group_rank
+    dist_opts.group_size = group_size
+    dist_opts.timeout = timeout
+    dist_opts.group_id = group_name
+    dist_opts.global_ranks_in_group = global_ranks
+    backend = _C._comm_init().ProcessGroupFlagOS(_make_inner(tier, dist_opts), tier, path)
+    backend._set_selection(profile, skip_reasons, unavailable)
+    backend._set_group(store, global_ranks, timeout)
     return backend
 
 
