@@ -79,6 +79,31 @@ def test_strided_operators_match_cpu(op) -> None:
     torch.testing.assert_close(padded.cpu(), torch.nested.to_padded_tensor(ref, 0.0))
 
 
+def _heads(device: str, lengths=(3, 5), seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    parts = [torch.randn(2, n, 8, generator=gen) for n in lengths]  # (heads, length, dim)
+    return torch.nested.nested_tensor([p.to(device) for p in parts], device=device)
+
+
+def test_strided_scaled_dot_product_attention_matches_cpu() -> None:
+    # SDPA asks the device which fused kernel to take before running; that question carries
+    # the nested tensors too.
+    q, k, v = (_heads("flagos", seed=s) for s in range(3))
+    out = F.scaled_dot_product_attention(q, k, v)
+    ref = F.scaled_dot_product_attention(*(_heads("cpu", seed=s) for s in range(3)))
+    assert out.device.type == "flagos" and out.is_nested
+    for o, r in zip(out.unbind(), ref.unbind(), strict=True):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-5, atol=1e-5)
+
+
+def test_strided_scaled_dot_product_attention_refuses_what_cpu_refuses() -> None:
+    # A transposed nested tensor is not contiguous: the same error as on the cpu.
+    for device in ("cpu", "flagos"):
+        q = _heads(device).transpose(1, 2)
+        with pytest.raises(RuntimeError, match="must be contiguous"):
+            F.scaled_dot_product_attention(q, q, q)
+
+
 def test_strided_in_place_writes_the_flagos_buffer() -> None:
     nt, ref = _strided("flagos"), _strided("cpu")
     nt.mul_(3).add_(1)

@@ -1,6 +1,7 @@
 #include "aten/native/attention.h"
 
 #include "aten/alias.h"
+#include "aten/nested/nested_alias.h"
 #include "runtime/accelerator.h"
 
 #include <ATen/SDPBackend.h>
@@ -74,8 +75,9 @@ int64_t fused_sdp_choice(
   const bool mask = attn_mask.has_value() && attn_mask->defined();
   const bool real = has_real_memory(query) && has_real_memory(key) && has_real_memory(value) &&
                     (!mask || has_real_memory(*attn_mask));
-  if (!real && (has_symbolic_shape(query) || has_symbolic_shape(key) || has_symbolic_shape(value) ||
-                (mask && has_symbolic_shape(*attn_mask)))) {
+  // (A memory-less nested tensor has no strides to copy into a twin.)
+  if (!real && (query.is_nested() || has_symbolic_shape(query) || has_symbolic_shape(key) ||
+                has_symbolic_shape(value) || (mask && has_symbolic_shape(*attn_mask)))) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
   // requires_grad travels along: the native choice avoids kernels that cannot differentiate
@@ -84,7 +86,7 @@ int64_t fused_sdp_choice(
     if (!real) {
       return metadata_twin(t);
     }
-    auto alias = native_alias(t);
+    auto alias = t.is_nested() ? native_nested_alias(t) : native_alias(t);
     if (t.requires_grad()) {
       alias.set_requires_grad(true);
     }
@@ -118,9 +120,10 @@ int64_t fused_sdp_choice(
   }
   const bool device_accelerator = accelerator().native_device_type() != c10::DeviceType::CPU;
   if (device_accelerator && choice == static_cast<int64_t>(at::SDPBackend::flash_attention)) {
+    // The overrideable backend takes dense inputs only.
     return static_cast<int64_t>(
-        head_dims_multiple_of_8(query, value) ? at::SDPBackend::overrideable
-                                              : at::SDPBackend::math);
+        head_dims_multiple_of_8(query, value) && !query.is_nested() ? at::SDPBackend::overrideable
+                                                                    : at::SDPBackend::math);
   }
   return choice;
 }
