@@ -395,15 +395,14 @@ void SharedAliasStorage::add_entry(
   if (!alias.defined()) {
     return;
   }
-  // unsafe_storage: no virtual call, and empty for the tensors without one (sparse aliases).
-  const c10::Storage& storage = flagos.unsafeGetTensorImpl()->unsafe_storage();
+  // unsafe_storage: no virtual call, and empty for the tensors without one (sparse aliases,
+  // which take part only in handing a written alias to the same tensor's read arguments).
   // Empty storages take part too: `torch.mul(a, b, out=a)` on an empty `a` must hand the
   // kernel one tensor for both, or it resizes `a` where natively it refuses.
-  if (!alias.unsafeGetTensorImpl()->unsafe_storage() || !storage) {
-    return; // sparse aliases
-  }
+  const c10::Storage& storage = flagos.unsafeGetTensorImpl()->unsafe_storage();
+  const bool has_storage = alias.unsafeGetTensorImpl()->unsafe_storage() && storage;
   entries_.push_back(
-      {storage.unsafeGetStorageImpl(),
+      {has_storage ? storage.unsafeGetStorageImpl() : nullptr,
        flagos.unsafeGetTensorImpl(),
        alias.unsafeGetTensorImpl(),
        holder,
@@ -435,11 +434,11 @@ void SharedAliasStorage::apply() {
   if (n < 2) {
     return;
   }
-  // Most calls have no two arguments over one storage: find out cheaply (foreach operators pass
-  // hundreds of tensors).
-  c10::SmallVector<c10::StorageImpl*, 8> sorted;
+  // Most calls have no two arguments over one storage, nor one storage-less tensor twice: find
+  // out cheaply (foreach operators pass hundreds of tensors).
+  c10::SmallVector<const void*, 8> sorted;
   for (const Entry& e : entries_) {
-    sorted.push_back(e.flagos);
+    sorted.push_back(e.flagos != nullptr ? static_cast<const void*>(e.flagos) : e.flagos_tensor);
   }
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
@@ -447,6 +446,9 @@ void SharedAliasStorage::apply() {
   }
   hand_written_aliases_to_their_inputs();
   for (Entry& e : entries_) {
+    if (e.flagos == nullptr) {
+      continue; // no storage to share
+    }
     const Entry* first = nullptr;
     const Entry* first_written = nullptr;
     for (const Entry& c : entries_) {

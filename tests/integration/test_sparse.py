@@ -182,6 +182,19 @@ def test_out_argument_is_resized_and_returned() -> None:
     _same(out, s + s)
 
 
+def test_an_out_argument_that_is_also_an_input_is_one_tensor_to_the_kernel() -> None:
+    # torch.smm runs sspaddmm(r, s, d, out=r) on an empty r; the kernel treats r as its input
+    # only when it is the same tensor as the output.
+    s, d = _sparse((3, 3)), torch.randn(3, 4)
+    _same(torch.smm(s.to("flagos"), d.to("flagos")), torch.smm(s, d))
+    for device in ("cpu", "flagos"):
+        r = _sparse((3, 4), nnz=2, seed=1).to(device)
+        result = torch.sspaddmm(r, s.to(device), d.to(device), beta=0.5, out=r)
+        assert result is r
+    want = torch.sspaddmm(_sparse((3, 4), nnz=2, seed=1), s, d, beta=0.5)
+    _same(r, want)
+
+
 # ---- autograd and training ---------------------------------------------------------------------
 
 
