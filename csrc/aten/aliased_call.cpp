@@ -142,6 +142,12 @@ void prepare_call(
           devices.see_device(v.toDevice());
         }
         break;
+      case ArgPlan::Kind::Generator:
+      case ArgPlan::Kind::OptionalGenerator:
+        if (v.isGenerator()) {
+          devices.see_generator(v.toGenerator());
+        }
+        break;
       default:
         break;
     }

@@ -64,13 +64,22 @@ class DeviceCheck {
     }
   }
 
+  void see_generator(const at::Generator& generator) {
+    flagos_generator_ =
+        flagos_generator_ || generator.device().type() == c10::DeviceType::PrivateUse1;
+  }
+
   // The call's flagos device index (the current device when no argument names one).
   c10::DeviceIndex finish() {
+    if (C10_UNLIKELY(stray_.has_value())) {
+      if (index_ < 0 && flagos_generator_) {
+        fail_generator(*stray_);
+      }
+      index_ = index_ < 0 ? accelerator().guard().getDevice().index() : index_;
+      fail(*stray_, stray_arg_);
+    }
     if (index_ < 0) {
       index_ = accelerator().guard().getDevice().index();
-    }
-    if (C10_UNLIKELY(stray_.has_value())) {
-      fail(*stray_, stray_arg_);
     }
     return index_;
   }
@@ -92,7 +101,21 @@ class DeviceCheck {
         c10::toString(op_.schema().operator_name()));
   }
 
+  // Only a flagos generator brought the call here: its tensors are all on another device.
+  [[noreturn]] C10_NOINLINE void fail_generator(const c10::Device& tensors) {
+    TORCH_CHECK(
+        false,
+        "Expected a '",
+        c10::DeviceTypeName(tensors.type(), /*lower_case=*/true),
+        "' device type for generator but found 'flagos' (",
+        op_.schema().operator_name(),
+        " got a flagos generator for tensors on ",
+        tensors,
+        "; draw with a generator of their device, or move them to flagos)");
+  }
+
   const c10::OperatorHandle& op_;
+  bool flagos_generator_ = false;
   c10::DeviceIndex index_ = -1;
   std::optional<c10::Device> stray_;
   uint16_t stray_arg_ = 0;

@@ -274,3 +274,23 @@ def test_random_ops_on_flagos1_draw_from_flagos1_generator(name: str) -> None:
     assert not torch.equal(F.get_rng_state(1), state1)  # flagos:1's generator advanced
     F.set_rng_state(state1, 1)
     assert torch.equal(op().cpu(), first.cpu())  # and its state alone decides the numbers
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda g: torch.empty(3).random_(generator=g),
+        lambda g: torch.empty(3).uniform_(generator=g),
+        lambda g: torch.randperm(5, generator=g),
+        lambda g: torch.multinomial(torch.ones(3), 2, generator=g),
+        lambda g: torch.bernoulli(torch.full((3,), 0.5), generator=g),
+    ],
+    ids=["random_", "uniform_", "randperm", "multinomial", "bernoulli"],
+)
+def test_a_flagos_generator_for_cpu_tensors_is_named_as_the_problem(op) -> None:
+    # DataLoader(shuffle=True, generator=torch.Generator("flagos")) does this; the message
+    # names the generator (there is no flagos tensor to mix), in native kernels' words.
+    with pytest.raises(
+        RuntimeError, match="Expected a 'cpu' device type for generator but found 'flagos'"
+    ):
+        op(torch.Generator("flagos"))
