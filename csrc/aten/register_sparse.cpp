@@ -82,6 +82,15 @@ at::Tensor sparse_with_dims_and_tensors(
     std::optional<at::Device> device,
     std::optional<bool> pin_memory,
     std::optional<bool> is_coalesced) {
+  // As the native check says it (which runs after this device's): flagos indices with cpu
+  // values reach flagos's factory with the values' device.
+  TORCH_CHECK(
+      indices.device() == values.device(),
+      "backend of indices (",
+      indices.device(),
+      ") must match backend of values (",
+      values.device(),
+      ")");
   DeviceScope scope(native::factory_device_index(device));
   return at::native::new_with_dims_and_tensor_sparse_symint(
       sparse_dim,

@@ -265,6 +265,14 @@ def test_mixing_a_cpu_sparse_tensor_is_the_usual_device_error() -> None:
         s.to("flagos") + s
 
 
+def test_indices_and_values_on_two_devices_are_refused_naming_both() -> None:
+    s = _sparse()
+    indices, values = s._indices(), s._values()
+    for i, v in ((indices.to("flagos"), values), (indices, values.to("flagos"))):
+        with pytest.raises(RuntimeError, match=r"backend of indices \(.+\) must match backend of"):
+            torch.sparse_coo_tensor(i, v, s.shape)
+
+
 def test_an_operator_without_a_native_sparse_kernel_says_so() -> None:
     f = _sparse().to("flagos")
     with pytest.raises(NotImplementedError, match=r"aten::cumsum.*no Sparse\w+ kernel"):
