@@ -189,6 +189,30 @@ def test_elapsed_time_requires_recorded_events() -> None:
         a.elapsed_time(b)
 
 
+@pytest.mark.skipif(F.device_count() < 2, reason="needs two flagos devices")
+def test_elapsed_time_between_events_of_two_devices_is_refused() -> None:
+    # As cudaEventElapsedTime refuses events of two devices.
+    a, b = F.Event(enable_timing=True), F.Event(enable_timing=True)
+    a.record(F.current_stream(0))
+    b.record(F.current_stream(1))
+    with pytest.raises(RuntimeError):
+        a.elapsed_time(b)
+
+
+@pytest.mark.skipif(not ON_CPU, reason="names the cpu accelerator's message")
+def test_a_stream_wrapped_with_a_missing_device_is_refused_where_it_is_used() -> None:
+    s = torch.Stream(stream_id=0, device_index=7, device_type=F.current_stream().device_type)
+    uses = [
+        s.query,
+        s.synchronize,
+        lambda: torch.Event(device="flagos").record(s),
+        lambda: F.current_stream().wait_stream(s),
+    ]
+    for use in uses:
+        with pytest.raises(IndexError, match="Invalid device flagos:7"):
+            use()
+
+
 def test_synchronize_variants() -> None:
     s = F.Stream()
     with F.stream(s):

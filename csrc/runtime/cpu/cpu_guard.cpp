@@ -142,6 +142,7 @@ void CpuGuardImpl::record(
       " does not match recording stream's device index ",
       static_cast<int>(stream.device_index()),
       ".");
+  checked_index(stream.device()); // a stream wrapped from an id may name a missing device
   if (*event == nullptr) {
     // PYTORCH_DEFAULT means "no timing", as for CUDA events.
     *event = new CpuEvent{stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT};
@@ -151,8 +152,9 @@ void CpuGuardImpl::record(
   e->when = std::chrono::steady_clock::now();
 }
 
-void CpuGuardImpl::block(void*, const c10::Stream&) const {
+void CpuGuardImpl::block(void*, const c10::Stream& stream) const {
   // Work recorded before the event has already run: nothing to wait for.
+  checked_index(stream.device());
 }
 
 bool CpuGuardImpl::queryEvent(void*) const {
@@ -163,11 +165,14 @@ c10::DeviceIndex CpuGuardImpl::deviceCount() const noexcept {
   return device_count_;
 }
 
-bool CpuGuardImpl::queryStream(const c10::Stream&) const {
+bool CpuGuardImpl::queryStream(const c10::Stream& stream) const {
+  checked_index(stream.device());
   return true;
 }
 
-void CpuGuardImpl::synchronizeStream(const c10::Stream&) const {}
+void CpuGuardImpl::synchronizeStream(const c10::Stream& stream) const {
+  checked_index(stream.device());
+}
 
 void CpuGuardImpl::synchronizeEvent(void*) const {}
 
@@ -184,6 +189,14 @@ double CpuGuardImpl::elapsedTime(void* start, void* end, const c10::DeviceIndex)
       "Both events must be recorded before calculating elapsed time.");
   TORCH_CHECK(
       s->timing && e->timing, "Both events must be created with argument 'enable_timing=True'.");
+  // CUDA cannot time events of two devices either (cudaEventElapsedTime refuses them).
+  TORCH_CHECK(
+      s->device == e->device,
+      "Both events must be recorded on the same device to calculate elapsed time; the start "
+      "event was recorded on flagos:",
+      static_cast<int>(s->device),
+      " and the end event on flagos:",
+      static_cast<int>(e->device));
   return std::chrono::duration<double, std::milli>(e->when - s->when).count();
 }
 
