@@ -509,20 +509,23 @@ def test_older_memory_names_and_nested_statistics() -> None:
 
 def test_device_named_amp_classes() -> None:
     # Code written for torch.cuda.amp reaches them as getattr(torch, device_type).amp.
+    # Deprecated there and here in favour of torch.amp's, with the same FutureWarning.
     device_type = "flagos"
     amp = getattr(torch, device_type).amp
     a = torch.randn(4, 4, device="flagos")
-    with amp.autocast(dtype=torch.bfloat16):
-        assert (a @ a).dtype == torch.bfloat16
-    with amp.autocast(enabled=False):
-        assert (a @ a).dtype == torch.float32
+    with pytest.warns(FutureWarning, match=r"torch.amp.autocast\('flagos'"):
+        with amp.autocast(dtype=torch.bfloat16):
+            assert (a @ a).dtype == torch.bfloat16
+        with amp.autocast(enabled=False):
+            assert (a @ a).dtype == torch.float32
 
-    @amp.autocast(dtype=torch.bfloat16)
-    def matmul(x: torch.Tensor) -> torch.Tensor:
-        return x @ x
+        @amp.autocast(dtype=torch.bfloat16)
+        def matmul(x: torch.Tensor) -> torch.Tensor:
+            return x @ x
 
     assert matmul(a).dtype == torch.bfloat16
-    scaler = amp.GradScaler(init_scale=4.0)
+    with pytest.warns(FutureWarning, match=r"torch.amp.GradScaler\('flagos'"):
+        scaler = amp.GradScaler(init_scale=4.0)
     w = torch.ones(3, device="flagos", requires_grad=True)
     opt = torch.optim.SGD([w], lr=1.0)
     scaler.scale((w * 2).sum()).backward()

@@ -13,12 +13,22 @@ import torch
 __all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd"]
 
 
+def _deprecated(name: str, replacement: str) -> None:
+    # torch deprecates torch.cuda.amp's names in favour of torch.amp's; these say the same.
+    warnings.warn(
+        f"`torch.flagos.amp.{name}(args...)` is deprecated. Please use `{replacement}` instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+
+
 class autocast(torch.amp.autocast):  # noqa: N801 (torch.cuda.amp's name)
     """torch.autocast("flagos", ...), with torch.cuda.amp.autocast's arguments and defaults."""
 
     def __init__(
         self, enabled: bool = True, dtype: torch.dtype = torch.float16, cache_enabled: bool = True
     ) -> None:
+        _deprecated("autocast", "torch.amp.autocast('flagos', args...)")
         super().__init__("flagos", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
 
@@ -33,6 +43,7 @@ class GradScaler(torch.amp.GradScaler):
         growth_interval: int = 2000,
         enabled: bool = True,
     ) -> None:
+        _deprecated("GradScaler", "torch.amp.GradScaler('flagos', args...)")
         super().__init__(
             "flagos",
             init_scale=init_scale,
