@@ -461,6 +461,65 @@ def test_per_process_memory_fraction_limits_reservations() -> None:
         torch.flagos.set_per_process_memory_fraction(0.5, torch.flagos.device_count())
 
 
+@pytest.mark.skipif(torch.flagos.device_count() < 2, reason="needs two flagos devices")
+def test_a_retry_after_a_refusal_counts_and_frees_only_its_devices_cache() -> None:
+    # As CUDA's pool: past the limit the device's cached blocks are freed and the allocation
+    # tried once more (num_alloc_retries counts it); another device keeps its cache.
+    mib = 1 << 20
+    torch.flagos.empty_cache()
+    for device in ("flagos:0", "flagos:1"):
+        del_me = torch.empty(24 * mib, dtype=torch.uint8, device=device)
+        del del_me  # cached
+    other_reserved = torch.flagos.memory_reserved(1)
+    retries = torch.flagos.memory_stats(0)["num_alloc_retries"]
+    total = torch.flagos.mem_get_info(0)[1]
+    try:
+        torch.flagos.set_per_process_memory_fraction(40 * mib / total, 0)
+        held = torch.empty(30 * mib, dtype=torch.uint8, device="flagos:0")  # needs the retry
+        assert held.numel() == 30 * mib
+        assert torch.flagos.memory_stats(0)["num_alloc_retries"] == retries + 1
+        assert torch.flagos.memory_reserved(1) == other_reserved
+        with pytest.raises(torch.OutOfMemoryError, match=r"tried to allocate 64\.00 MiB") as oom:
+            torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
+        assert "may reserve 40.00 MiB" in str(oom.value)
+        assert "raise the fraction" in str(oom.value)
+    finally:
+        torch.flagos.set_per_process_memory_fraction(1.0, 0)
+
+
+def test_threads_allocating_at_once_stay_within_the_memory_fraction() -> None:
+    # The limit is checked and the memory reserved under one lock.
+    import threading
+
+    mib = 1 << 20
+    torch.flagos.empty_cache()
+    total = torch.flagos.mem_get_info(0)[1]
+    limit = torch.flagos.memory_reserved(0) + 48 * mib
+    torch.flagos.reset_peak_memory_stats(0)
+    start = threading.Barrier(12)
+
+    def allocate() -> None:
+        for _ in range(20):
+            start.wait()
+            try:
+                t = torch.empty(6 * mib, dtype=torch.uint8, device="flagos:0")
+                del t
+            except torch.OutOfMemoryError:
+                pass
+            torch.flagos.empty_cache()
+
+    try:
+        torch.flagos.set_per_process_memory_fraction(limit / total, 0)
+        threads = [threading.Thread(target=allocate) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch.flagos.set_per_process_memory_fraction(1.0, 0)
+    assert torch.flagos.max_memory_reserved(0) <= limit
+
+
 def test_per_process_memory_fraction_limits_operator_results() -> None:
     # A kernel's result counts against the limit as a factory's does (on the cpu accelerator
     # the CPU kernel allocates it and flagos adopts it; there the adoption is refused).

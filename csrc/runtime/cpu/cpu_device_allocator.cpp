@@ -12,8 +12,12 @@
 
 #include <atomic>
 #include <cstring>
+#include <iomanip>
+#include <iterator>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 
 namespace torch_fl::cpu {
 
@@ -200,14 +204,7 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
     }
   }
   if (block == nullptr) {
-    void* ptr = new_segment(st, device, size, nbytes);
-    block = new Block{ptr, size, nbytes, device, this};
-    std::lock_guard<std::mutex> lock(st.mutex);
-    st.stats.num_device_alloc += 1;
-    for_pools(size, [&](size_t p) {
-      increase(st.stats.segment[p], 1);
-      increase(st.stats.reserved_bytes[p], size);
-    });
+    block = new Block{new_segment(st, device, size, nbytes), size, nbytes, device, this};
   }
   block->requested = nbytes;
   std::optional<ProfilerReport> report;
@@ -229,8 +226,8 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
   return c10::DataPtr(block->ptr, block, &CpuDeviceAllocator::free_block, where);
 }
 
-bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, size_t size) {
-  std::lock_guard<std::mutex> lock(st.mutex);
+bool CpuDeviceAllocator::within_limit_locked(
+    DeviceState& st, c10::DeviceIndex device, size_t size) {
   const double fraction = st.memory_fraction.load();
   if (fraction >= 1.0) {
     return true;
@@ -240,46 +237,103 @@ bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, 
   return static_cast<double>(reserved + size) <= limit;
 }
 
+bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, size_t size) {
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return within_limit_locked(st, device, size);
+}
+
 void* CpuDeviceAllocator::new_segment(
     DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes) {
-  // As CUDA's pool: on failure (or past the per-process limit) free the cache and retry once.
+  // As CUDA's pool: on failure (or past the per-process limit) free this device's cache and
+  // retry once. The limit is checked and the segment counted as reserved under one lock, so
+  // threads allocating at once cannot all pass the check.
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (attempt == 1) {
-      emptyCache({0, 0});
+      {
+        std::lock_guard<std::mutex> lock(st.mutex);
+        st.stats.num_alloc_retries += 1;
+      }
+      empty_device_cache(st);
     }
-    if (!within_limit(st, device, size)) {
-      continue;
+    {
+      std::lock_guard<std::mutex> lock(st.mutex);
+      if (!within_limit_locked(st, device, size)) {
+        continue;
+      }
+      for_pools(size, [&](size_t p) {
+        increase(st.stats.segment[p], 1);
+        increase(st.stats.reserved_bytes[p], size);
+      });
     }
+    void* ptr = nullptr;
     try {
-      return c10::alloc_cpu(size);
+      ptr = c10::alloc_cpu(size);
     } catch (const c10::Error&) {
     }
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (ptr != nullptr) {
+      st.stats.num_device_alloc += 1;
+      return ptr;
+    }
+    for_pools(size, [&](size_t p) {
+      decrease(st.stats.segment[p], 1);
+      decrease(st.stats.reserved_bytes[p], size);
+    });
   }
   raise_out_of_memory(st, device, nbytes);
 }
 
+namespace {
+
+// A byte count as torch's allocator messages give it ("95.37 MiB").
+std::string format_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (bytes >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(unit == 0 ? 0 : 2) << bytes << ' ' << kUnits[unit];
+  return out.str();
+}
+
+} // namespace
+
 void CpuDeviceAllocator::raise_out_of_memory(
     DeviceState& st, c10::DeviceIndex device, size_t nbytes) {
+  const auto total = static_cast<double>(getMemoryInfo(device).second);
   std::lock_guard<std::mutex> lock(st.mutex);
   st.stats.num_ooms += 1;
   const double fraction = st.memory_fraction.load();
-  const bool limited = fraction < 1.0;
+  const auto allocated = static_cast<double>(st.stats.allocated_bytes[0].current);
+  const auto reserved = static_cast<double>(st.stats.reserved_bytes[0].current);
+  const std::string limit = fraction < 1.0
+                                ? c10::str(
+                                      "; this process may reserve ",
+                                      format_bytes(total * fraction),
+                                      " of it (a fraction of ",
+                                      fraction,
+                                      ", set by torch.flagos.set_per_process_memory_fraction)")
+                                : "";
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       false,
       "flagos:",
       static_cast<int>(device),
       " out of memory: tried to allocate ",
-      nbytes,
-      " bytes with ",
-      st.stats.allocated_bytes[0].current,
-      " bytes allocated and ",
-      st.stats.reserved_bytes[0].current,
-      " reserved (cpu accelerator: host memory",
-      limited ? "; the process may use " : "",
-      limited ? std::to_string(fraction) : "",
-      limited ? " of it, set by torch.flagos.set_per_process_memory_fraction" : "",
-      "). Free tensors or call torch.flagos.empty_cache().");
+      format_bytes(static_cast<double>(nbytes)),
+      ". The device (host memory on the cpu accelerator) has ",
+      format_bytes(total),
+      limit,
+      ". Of its memory ",
+      format_bytes(allocated),
+      " is allocated by PyTorch and ",
+      format_bytes(reserved - allocated),
+      " reserved by PyTorch but unallocated; the cached blocks were already freed before "
+      "giving up. Free tensors",
+      fraction < 1.0 ? " or raise the fraction" : "",
+      ".");
 }
 
 void CpuDeviceAllocator::set_memory_fraction(double fraction, c10::DeviceIndex device) {
@@ -357,7 +411,7 @@ void CpuDeviceAllocator::check_limit_for_adopted(
   if (within_limit(st, device, nbytes)) {
     return;
   }
-  emptyCache({0, 0}); // as for the pool's own blocks: free the cache, then try once more
+  empty_device_cache(st); // as for the pool's own blocks: free the cache, then try once more
   if (!within_limit(st, device, nbytes)) {
     raise_out_of_memory(st, device, nbytes);
   }
@@ -416,22 +470,26 @@ bool CpuDeviceAllocator::initialized() {
 
 void CpuDeviceAllocator::emptyCache(c10::MempoolId_t) {
   for (auto& st : devices_) {
-    std::multimap<size_t, Block*> cached;
-    {
-      std::lock_guard<std::mutex> lock(st->mutex);
-      cached.swap(st->free_blocks);
-      for (auto& [size, block] : cached) {
-        st->stats.num_device_free += 1;
-        for_pools(size, [&](size_t p) {
-          decrease(st->stats.segment[p], 1);
-          decrease(st->stats.reserved_bytes[p], size);
-        });
-      }
-    }
+    empty_device_cache(*st);
+  }
+}
+
+void CpuDeviceAllocator::empty_device_cache(DeviceState& st) {
+  std::multimap<size_t, Block*> cached;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    cached.swap(st.free_blocks);
     for (auto& [size, block] : cached) {
-      c10::free_cpu(block->ptr);
-      delete block;
+      st.stats.num_device_free += 1;
+      for_pools(size, [&](size_t p) {
+        decrease(st.stats.segment[p], 1);
+        decrease(st.stats.reserved_bytes[p], size);
+      });
     }
+  }
+  for (auto& [size, block] : cached) {
+    c10::free_cpu(block->ptr);
+    delete block;
   }
 }
 

@@ -54,6 +54,9 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   void lock_all_devices();
   void unlock_all_devices();
   bool within_limit(DeviceState& st, c10::DeviceIndex device, size_t size);
+  bool within_limit_locked(DeviceState& st, c10::DeviceIndex device, size_t size);
+  // Frees one device's cached blocks (a retry after a refused allocation frees only its own).
+  void empty_device_cache(DeviceState& st);
   // Fresh memory for a block of `size` bytes, or torch.OutOfMemoryError.
   void* new_segment(DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes);
   [[noreturn]] void raise_out_of_memory(DeviceState& st, c10::DeviceIndex device, size_t nbytes);
