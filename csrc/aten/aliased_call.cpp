@@ -66,6 +66,11 @@ at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
   return t.to(c10::Device(c10::DeviceType::CPU));
 }
 
+uint32_t version_of(const at::Tensor& t) {
+  const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+  return counter.enabled() ? counter.current_version() : 0;
+}
+
 at::Generator generator_for(const at::Generator& flagos, Mapping mapping) {
   auto native = native_generator_for(flagos);
   if (mapping == Mapping::Copy && native.device().type() != c10::DeviceType::CPU) {
@@ -177,7 +182,7 @@ void prepare_call(
         if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
           auto mapped = to_native(t, a.written, mapping);
           if (a.written) {
-            call.written.push_back({t, mapped});
+            call.written.push_back({t, mapped, version_of(mapped)});
           } else if (call.release_aliases) {
             call.read.push_back(mapped);
           }
@@ -204,7 +209,7 @@ void prepare_call(
               shared->add(t, mapped, a.written);
             }
             if (a.written) {
-              call.written.push_back({t, mapped});
+              call.written.push_back({t, mapped, version_of(mapped)});
             }
             mapped_list.push_back(std::move(mapped));
           } else {
@@ -274,6 +279,13 @@ void finish_call(
     torch::jit::Stack* stack,
     PreparedCall& call) {
   for (const auto& w : call.written) {
+    // A kernel that updates its argument in place through an operator of its own (a Python
+    // kernel of a custom operator: `x.add_(1)`) bumps the mapped tensor's version; the caller's
+    // tensor must show the update too, or autograd misses a modified saved tensor. (ATen's
+    // in-place operators are bumped above the device, by ADInplaceOrView, not here.)
+    for (uint32_t v = w.mapped_version, now = version_of(w.mapped); v < now; ++v) {
+      w.original.unsafeGetTensorImpl()->bump_version();
+    }
     if (call.mapping == Mapping::Alias) {
       if (w.original.is_nested()) {
         continue; // written through the shared buffer; its metadata does not change

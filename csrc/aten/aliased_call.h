@@ -59,6 +59,7 @@ struct PreparedCall {
   struct Written {
     at::Tensor original;
     at::Tensor mapped;
+    uint32_t mapped_version; // a Python kernel's in-place update bumps the mapped tensor's
   };
   c10::DeviceIndex index = -1;
   Mapping mapping = Mapping::Alias;

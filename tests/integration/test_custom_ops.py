@@ -171,6 +171,41 @@ def test_autograd_refuses_saved_tensors_the_operator_overwrote():
         w.sum().backward()
 
 
+_CPU_ONLY = torch.library.Library("fl_test_cpu_only", "DEF")
+_CPU_ONLY.define("bump_(Tensor(a!) x) -> ()")
+_CPU_ONLY.define("bump_ret_(Tensor(a!) x) -> Tensor(a!)")
+
+
+def _bump(x):
+    x.add_(1)
+
+
+def _bump_ret(x):
+    return x.add_(1)
+
+
+_CPU_ONLY.impl("bump_", _bump, "CPU")
+_CPU_ONLY.impl("bump_ret_", _bump_ret, "CPU")
+
+
+@pytest.mark.parametrize("op", ["bump_", "bump_ret_"])
+def test_a_cpu_kernel_updating_its_argument_shows_on_the_flagos_tensors_version(op):
+    # An operator with only a CPU kernel runs on flagos through cpu_fallback; the kernel's own
+    # in-place update must reach the flagos tensor's version counter as it does a cpu tensor's,
+    # or backward silently uses the overwritten value.
+    versions = {}
+    for device in ("cpu", "flagos"):
+        w = torch.ones(3, device=device, requires_grad=True)
+        z = torch.full((3,), 2.0, device=device)
+        y = (w * z).sum()  # saves z
+        getattr(torch.ops.fl_test_cpu_only, op)(z)
+        versions[device] = z._version
+        torch.testing.assert_close(z.cpu(), torch.full((3,), 3.0))
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+    assert versions["flagos"] == versions["cpu"] > 0
+
+
 def test_a_cpu_tensor_has_no_kernel_of_a_flagos_operator():
     with pytest.raises(NotImplementedError, match="fl_example::scaled_silu"):
         ops.scaled_silu(torch.randn(3), 1.0)
