@@ -186,14 +186,6 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupFlagOS::split(
   return created;
 }
 
-void ProcessGroupFlagOS::eagerConnectSingleDevice(at::Device device) {
-  const auto native =
-      device.type() == kFlagos ? accelerator().native_device(device.index()) : device;
-  if (native.has_index()) { // the cpu accelerator's native device (cpu) has none
-    inner_->eagerConnectSingleDevice(native);
-  }
-}
-
 void ProcessGroupFlagOS::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   inner_->setTimeout(timeout);

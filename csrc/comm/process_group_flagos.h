@@ -114,9 +114,6 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,
       const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
-  // torch calls it for init_process_group(device_id=...) when a backend can split: NCCL then
-  // creates its communicator at once, as it does for cuda.
-  void eagerConnectSingleDevice(at::Device device) override;
 
   bool supportsCoalescing() const override;
   void startCoalescing() override;
