@@ -121,7 +121,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagOS::endCoalescing() {
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFlagOS::getBackendOptions() {
   auto options = c10::make_intrusive<Options>(timeout_);
   options->group_name = getGroupUid();
-  options->group_desc = getGroupDesc();
   options->global_ranks_in_group = global_ranks_;
   return options;
 }
