@@ -71,15 +71,14 @@ class DeviceCheck {
 
   // The call's flagos device index (the current device when no argument names one).
   c10::DeviceIndex finish() {
-    if (C10_UNLIKELY(stray_.has_value())) {
-      if (index_ < 0 && flagos_generator_) {
+    if (index_ < 0) {
+      if (C10_UNLIKELY(stray_.has_value() && flagos_generator_)) {
         fail_generator(*stray_);
       }
-      index_ = index_ < 0 ? accelerator().guard().getDevice().index() : index_;
-      fail(*stray_, stray_arg_);
-    }
-    if (index_ < 0) {
       index_ = accelerator().guard().getDevice().index();
+    }
+    if (C10_UNLIKELY(stray_.has_value())) {
+      fail(*stray_, stray_arg_);
     }
     return index_;
   }
