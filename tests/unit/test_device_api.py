@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -487,11 +489,25 @@ def test_a_retry_after_a_refusal_counts_and_frees_only_its_devices_cache() -> No
         torch.flagos.set_per_process_memory_fraction(1.0, 0)
 
 
-def test_threads_allocating_at_once_stay_within_the_memory_fraction() -> None:
-    # The limit is checked and the memory reserved under one lock.
+def _six_mib_from_a_factory() -> torch.Tensor:
+    return torch.empty(6 << 20, dtype=torch.uint8, device="flagos:0")
+
+
+def _six_mib_from_a_kernel() -> torch.Tensor:
+    # On the cpu accelerator the CPU kernel allocates the result and flagos adopts it.
+    row = torch.ones(1024, 1, device="flagos:0")
+    return row * torch.ones(1536, device="flagos:0")
+
+
+@pytest.mark.parametrize("allocate_six_mib", [_six_mib_from_a_factory, _six_mib_from_a_kernel])
+def test_threads_allocating_at_once_stay_within_the_memory_fraction(
+    allocate_six_mib: Callable[[], torch.Tensor],
+) -> None:
+    # The limit is checked and the memory reserved (or adopted) under one lock.
     import threading
 
     mib = 1 << 20
+    assert allocate_six_mib().nbytes == 6 * mib
     torch.flagos.empty_cache()
     total = torch.flagos.mem_get_info(0)[1]
     limit = torch.flagos.memory_reserved(0) + 48 * mib
@@ -502,7 +518,7 @@ def test_threads_allocating_at_once_stay_within_the_memory_fraction() -> None:
         for _ in range(20):
             start.wait()
             try:
-                t = torch.empty(6 * mib, dtype=torch.uint8, device="flagos:0")
+                t = allocate_six_mib()
                 del t
             except torch.OutOfMemoryError:
                 pass
@@ -535,9 +551,11 @@ def test_per_process_memory_fraction_limits_operator_results() -> None:
         small = torch.outer(a[:512], a[:512])  # 1 MiB: within the limit
         assert torch.equal(small.cpu(), torch.ones(512, 512))
         del small
+        retries = torch.flagos.memory_stats(0)["num_alloc_retries"]
         with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
             torch.outer(a, a)
         assert torch.flagos.memory_stats(0)["num_ooms"] > ooms
+        assert torch.flagos.memory_stats(0)["num_alloc_retries"] == retries + 1
         assert torch.flagos.memory_allocated(0) == allocated  # nothing of the refused result
         assert torch.equal(a.cpu(), torch.ones(3 * 1024))
     finally:

@@ -237,9 +237,12 @@ bool CpuDeviceAllocator::within_limit_locked(
   return static_cast<double>(reserved + size) <= limit;
 }
 
-bool CpuDeviceAllocator::within_limit(DeviceState& st, c10::DeviceIndex device, size_t size) {
-  std::lock_guard<std::mutex> lock(st.mutex);
-  return within_limit_locked(st, device, size);
+void CpuDeviceAllocator::free_cache_for_retry(DeviceState& st) {
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.stats.num_alloc_retries += 1;
+  }
+  empty_device_cache(st);
 }
 
 void* CpuDeviceAllocator::new_segment(
@@ -249,11 +252,7 @@ void* CpuDeviceAllocator::new_segment(
   // threads allocating at once cannot all pass the check.
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (attempt == 1) {
-      {
-        std::lock_guard<std::mutex> lock(st.mutex);
-        st.stats.num_alloc_retries += 1;
-      }
-      empty_device_cache(st);
+      free_cache_for_retry(st);
     }
     {
       std::lock_guard<std::mutex> lock(st.mutex);
@@ -385,36 +384,37 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     return c10::DataPtr(nullptr, where);
   }
   auto& st = state(device);
-  if (C10_UNLIKELY(st.memory_fraction.load(std::memory_order_relaxed) < 1.0)) {
-    // A kernel's result counts against the per-process limit as the pool's own blocks do.
-    check_limit_for_adopted(st, device, nbytes); // on refusal, `native` is freed by the caller
-  }
-  auto* adopted = new AdoptedBlock{std::move(native), nbytes, device, this};
+  auto adopted = std::make_unique<AdoptedBlock>();
+  adopted->size = nbytes;
+  adopted->device = device;
+  adopted->owner = this;
+  // A kernel's result counts against the per-process limit as the pool's own blocks do, checked
+  // and accounted under one lock (threads adopting at once cannot all pass the check). Refused,
+  // the device's cache is freed and the check made once more; refused again, `native` (not yet
+  // taken) is freed by the caller as the error unwinds.
   std::optional<ProfilerReport> report;
-  {
+  for (int attempt = 0; !report; ++attempt) {
+    if (attempt == 1) {
+      free_cache_for_retry(st);
+    } else if (attempt == 2) {
+      raise_out_of_memory(st, device, nbytes);
+    }
     std::lock_guard<std::mutex> lock(st.mutex);
+    if (!within_limit_locked(st, device, nbytes)) {
+      continue;
+    }
+    adopted->native = std::move(native);
     st.stats.num_device_alloc += 1;
     account_adopted(st.stats, nbytes, [](Stat& s, size_t n) { increase(s, n); });
     adopted->next = st.adopted;
     if (st.adopted != nullptr) {
-      st.adopted->prev = adopted;
+      st.adopted->prev = adopted.get();
     }
-    st.adopted = adopted;
+    st.adopted = adopted.get();
     report.emplace(ptr, static_cast<int64_t>(nbytes), st.stats);
   }
   report->send(device);
-  return c10::DataPtr(ptr, adopted, &CpuDeviceAllocator::free_adopted, where);
-}
-
-void CpuDeviceAllocator::check_limit_for_adopted(
-    DeviceState& st, c10::DeviceIndex device, size_t nbytes) {
-  if (within_limit(st, device, nbytes)) {
-    return;
-  }
-  empty_device_cache(st); // as for the pool's own blocks: free the cache, then try once more
-  if (!within_limit(st, device, nbytes)) {
-    raise_out_of_memory(st, device, nbytes);
-  }
+  return c10::DataPtr(ptr, adopted.release(), &CpuDeviceAllocator::free_adopted, where);
 }
 
 void CpuDeviceAllocator::free_adopted(void* ctx) {

@@ -53,15 +53,14 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   // fork() support (see the constructor): all device locks taken, then released.
   void lock_all_devices();
   void unlock_all_devices();
-  bool within_limit(DeviceState& st, c10::DeviceIndex device, size_t size);
   bool within_limit_locked(DeviceState& st, c10::DeviceIndex device, size_t size);
   // Frees one device's cached blocks (a retry after a refused allocation frees only its own).
   void empty_device_cache(DeviceState& st);
+  // Before the one retry of a refused allocation: counted (num_alloc_retries), cache freed.
+  void free_cache_for_retry(DeviceState& st);
   // Fresh memory for a block of `size` bytes, or torch.OutOfMemoryError.
   void* new_segment(DeviceState& st, c10::DeviceIndex device, size_t size, size_t nbytes);
   [[noreturn]] void raise_out_of_memory(DeviceState& st, c10::DeviceIndex device, size_t nbytes);
-  C10_NOINLINE void check_limit_for_adopted(
-      DeviceState& st, c10::DeviceIndex device, size_t nbytes);
   static void free_block(void* ctx);
   static void free_adopted(void* ctx);
   static void raw_free(void* ptr);
