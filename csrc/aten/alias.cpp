@@ -477,16 +477,25 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_ta
   }
   auto& accel = accelerator();
   const size_t nbytes = native.nbytes();
+  const bool take_over =
+      may_take_over && ownership_ == Ownership::TakeOverFresh && native.use_count() == 1;
+  // Memory taken over grows as its native storage could (not a file mapping's). Memory shared
+  // with a native storage someone else may still hold stays in place on the native side (its
+  // resize would free the memory under the flagos storage), as torch keeps a cpu tensor's storage
+  // that numpy shares; a shared view (flagos_view) does not grow either, which would silently
+  // part it from the native tensor.
+  bool resizable = key->resizable();
+  if (!take_over) {
+    key->set_resizable(false);
+    resizable = resizable && ownership_ == Ownership::TakeOverFresh;
+  }
   c10::Storage flagos(
       c10::make_intrusive<c10::StorageImpl>(
           c10::StorageImpl::use_byte_size_t(),
           nbytes,
-          accel.adopt_native(
-              take_native_memory(native, may_take_over && ownership_ == Ownership::TakeOverFresh),
-              nbytes,
-              index_),
+          accel.adopt_native(take_native_memory(native, take_over), nbytes, index_),
           accel.device_allocator(),
-          /*resizable=*/true));
+          resizable));
   seen_.emplace_back(key, flagos);
   return flagos;
 }

@@ -9,6 +9,8 @@
 #include "runtime/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/as_strided_ops.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <optional>
 
@@ -80,9 +82,42 @@ at::Generator generator_for(const at::Generator& flagos, Mapping mapping) {
   return native;
 }
 
+// A result of a view operator without an ADInplaceOrView kernel (a custom operator declared
+// `Tensor(a) x -> Tensor(a)`) shares the argument's memory but, made by a kernel from the
+// argument's native alias, is no autograd view of the caller's tensor: an in-place update of
+// one would be missing from the other's history. On CPU such a kernel's own view operators see
+// the caller's tensor and make the view; here it is made again over the caller's tensor, through
+// the autograd and view keys the thread has not excluded (none in inference mode), so that it is
+// a view, with a gradient, as on CPU. Not for results that are copies (the Copy mapping) or of
+// another dtype or layout.
+at::Tensor as_view_of_argument(const PreparedCall& call, int16_t arg, at::Tensor result) {
+  const at::Tensor* source = nullptr;
+  for (const auto& [index, t] : call.view_sources) {
+    if (index == arg) {
+      source = &t;
+    }
+  }
+  const auto excluded = c10::impl::tls_local_dispatch_key_set().excluded_;
+  if (source == nullptr || !result.defined() || result.layout() != c10::kStrided ||
+      source->layout() != c10::kStrided || result.is_nested() || source->is_nested() ||
+      result.dtype() != source->dtype() || !result.has_storage() ||
+      result.storage().data() != source->storage().data() ||
+      excluded.has(c10::DispatchKey::ADInplaceOrView)) {
+    return result;
+  }
+  const auto keys = c10::DispatchKeySet(
+                        {c10::DispatchKey::AutogradPrivateUse1,
+                         c10::DispatchKey::ADInplaceOrView,
+                         c10::DispatchKey::PrivateUse1}) -
+                    excluded;
+  return at::_ops::as_strided::redispatch(
+      keys, *source, result.sym_sizes(), result.sym_strides(), result.sym_storage_offset());
+}
+
 } // namespace
 
-ArgPlan ArgPlan::build(const c10::FunctionSchema& schema) {
+ArgPlan ArgPlan::build(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
   ArgPlan plan;
   const auto& args = schema.arguments();
   plan.num_args = static_cast<uint16_t>(args.size());
@@ -94,20 +129,33 @@ ArgPlan ArgPlan::build(const c10::FunctionSchema& schema) {
       plan.has_written = plan.has_written || written;
     }
   }
+  const bool views_made_above = op.hasKernelForDispatchKey(c10::DispatchKey::ADInplaceOrView);
   for (const auto& ret : schema.returns()) {
     int16_t found = -1;
+    int16_t view_of = -1;
     const auto* info = ret.alias_info();
-    if (info != nullptr && info->isWrite()) {
-      for (size_t i = 0; i < args.size(); ++i) {
-        const auto* arg_info = args[i].alias_info();
-        if (arg_info != nullptr && arg_info->isWrite() &&
-            arg_info->beforeSets() == info->beforeSets()) {
-          found = static_cast<int16_t>(i);
-          break;
+    for (size_t i = 0; info != nullptr && i < args.size(); ++i) {
+      const auto* arg_info = args[i].alias_info();
+      if (arg_info == nullptr || arg_info->beforeSets() != info->beforeSets()) {
+        continue;
+      }
+      if (info->isWrite() && arg_info->isWrite()) {
+        found = static_cast<int16_t>(i);
+        break;
+      }
+      if (!info->isWrite() && !arg_info->isWrite() && !views_made_above) {
+        for (auto& a : plan.args) {
+          if (a.index == i && a.kind == Kind::Tensor) {
+            a.view_source = true;
+            view_of = static_cast<int16_t>(i);
+          }
         }
+        break;
       }
     }
     plan.returns_arg.push_back(found);
+    plan.returns_view_of.push_back(view_of);
+    plan.has_views = plan.has_views || view_of >= 0;
   }
   return plan;
 }
@@ -172,6 +220,9 @@ void prepare_call(
     auto& v = (*stack)[begin + a.index];
     if (a.written) {
       call.written_args.emplace_back(a.index, v);
+    }
+    if (a.view_source && v.isTensor() && is_flagos(v.toTensor())) {
+      call.view_sources.emplace_back(a.index, v.toTensor());
     }
     switch (a.kind) {
       case ArgPlan::Kind::Tensor: {
@@ -331,6 +382,9 @@ void finish_call(
       }
     } else if (v.isTensor()) {
       v = relabel(std::move(v).toTensor());
+      if (plan.has_views && plan.returns_view_of[r] >= 0) {
+        v = as_view_of_argument(call, plan.returns_view_of[r], std::move(v).toTensor());
+      }
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> results;
       auto list = std::move(v).toTensorList();
@@ -381,7 +435,7 @@ void call_native(
 
 void call_native_aliased(
     const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DispatchKey native_key) {
-  const auto plan = ArgPlan::build(op.schema());
+  const auto plan = ArgPlan::build(op);
   call_native(
       op, plan, stack, native_key, Mapping::Alias, op.hasComputedKernelForDispatchKey(native_key));
 }

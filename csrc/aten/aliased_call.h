@@ -40,16 +40,23 @@ struct FLAGOS_API ArgPlan {
     uint16_t index;
     Kind kind;
     bool written;
+    bool view_source = false; // a result may be a view of it (see returns_view_of)
   };
   // Only the arguments the mapping touches, in schema order.
   c10::SmallVector<Arg, 6> args;
   // Per result: the argument it returns (in-place, out=), or -1.
   c10::SmallVector<int16_t, 2> returns_arg;
+  // Per result, where has_views: the read-only argument it is a view of (`Tensor(a) x ->
+  // Tensor(a)`), or -1. Only for operators without an ADInplaceOrView kernel of their own
+  // (custom operators): aten's view operators have one, which makes their results autograd
+  // views above the device.
+  c10::SmallVector<int16_t, 2> returns_view_of;
   uint16_t num_args = 0;
   uint16_t num_returns = 0;
   bool has_written = false;
+  bool has_views = false;
 
-  static ArgPlan build(const c10::FunctionSchema& schema);
+  static ArgPlan build(const c10::OperatorHandle& op);
 };
 
 enum class Mapping : uint8_t { Alias, Copy };
@@ -77,6 +84,8 @@ struct PreparedCall {
   c10::SmallVector<at::Tensor, 4> read;
   // The caller's IValues of written arguments, returned as the written results.
   c10::SmallVector<std::pair<uint16_t, c10::IValue>, 2> written_args;
+  // The caller's flagos tensors a result may be a view of (ArgPlan::returns_view_of).
+  c10::SmallVector<std::pair<uint16_t, at::Tensor>, 1> view_sources;
 };
 
 // Checks devices and replaces the operator's arguments on the stack by native counterparts.

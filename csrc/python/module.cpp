@@ -93,6 +93,18 @@ c10::DeviceIndex from_python(int64_t index) {
 }
 
 // The device a Python index names (-1: the current one).
+// The interop views map plain memory: a sparse or nested tensor has no single storage to map.
+void check_strided_for_view(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(
+      t.layout() == c10::kStrided && !t.is_nested(),
+      "torch_fl.",
+      name,
+      " takes strided tensors only, got a ",
+      t.is_nested() ? std::string("nested") : c10::str(t.layout()),
+      " tensor; map its parts (e.g. a sparse tensor's _indices() and _values(), a nested "
+      "tensor's values()) instead");
+}
+
 c10::DeviceIndex resolve_from_python(int64_t index) {
   return resolve_device_index(from_python(index));
 }
@@ -205,6 +217,11 @@ PYBIND11_MODULE(_C, m) {
             t.device().type() == c10::DeviceType::PrivateUse1,
             "_flagos_to_native_view expects a flagos tensor, got one on ",
             t.device());
+        check_strided_for_view(t, "native_view");
+        // As torch does for a cpu tensor whose memory numpy shares: the flagos storage no
+        // longer grows, which would free the memory under the view (the view's own storage
+        // does not grow either).
+        t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl()->set_resizable(false);
         return native_alias(t);
       },
       "A native-device tensor over the same memory (zero copy).");
@@ -217,6 +234,7 @@ PYBIND11_MODULE(_C, m) {
             accelerator().native_device_type(),
             " tensor, got one on ",
             t.device());
+        check_strided_for_view(t, "flagos_view");
         return flagos_view_of_native(t, resolve_from_python(index));
       },
       py::arg("tensor"),

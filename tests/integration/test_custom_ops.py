@@ -84,6 +84,82 @@ def test_view_errors(call, error, match):
         call()
 
 
+def _views_over_flagos_memory() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.arange(4.0, device="flagos")
+    return x, torch_fl.native_view(x)
+
+
+def _views_over_native_memory() -> tuple[torch.Tensor, torch.Tensor]:
+    native = torch.arange(4.0, device=_native_zeros().device)
+    return torch_fl.flagos_view(native), native
+
+
+@pytest.mark.parametrize("views", [_views_over_flagos_memory, _views_over_native_memory])
+@pytest.mark.parametrize("grow", ["flagos", "native", "flagos_out"])
+def test_views_pin_both_storages_as_numpy_pins_a_cpu_tensors(views, grow):
+    # Growing either side would move its memory away from the other, or free it under the other
+    # (the old memory would go to the next allocation); torch refuses to resize a cpu storage
+    # numpy shares, and both views refuse in the same way. (A refused resize_ leaves the new
+    # sizes behind, on cpu too: each case starts afresh.)
+    numpy_shared = torch.zeros(4)
+    numpy_shared.numpy()
+    with pytest.raises(RuntimeError, match="not resizable") as cpu_refusal:
+        numpy_shared.resize_(16)
+    flagos, native = views()
+    with pytest.raises(RuntimeError, match="not resizable") as refusal:
+        if grow == "flagos_out":  # an out= that must grow
+            torch.add(torch.ones(16, device="flagos"), 1, out=flagos)
+        else:
+            (flagos if grow == "flagos" else native).resize_(16)
+    assert str(refusal.value).startswith(str(cpu_refusal.value))
+    flagos, native = views()
+    native.add_(1)
+    flagos.add_(1)
+    assert torch.equal(flagos.cpu(), torch.arange(2.0, 6.0))
+    assert torch.equal(native.cpu(), torch.arange(2.0, 6.0))
+
+
+def test_a_tensor_no_view_shares_still_grows():
+    plain = torch.ones(4, device="flagos")
+    plain.resize_(16)
+    plain[4:] = 2.0
+    assert plain.untyped_storage().resizable()
+    assert torch.equal(plain.cpu(), torch.cat([torch.ones(4), torch.full((12,), 2.0)]))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.ones(2, device="flagos").to_sparse(),
+        lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device="flagos"),
+    ],
+    ids=["sparse", "nested"],
+)
+def test_views_take_strided_tensors_only(make):
+    flagos = make()
+    with pytest.raises(ValueError, match="native_view takes strided tensors only"):
+        torch_fl.native_view(flagos)
+    with pytest.raises(ValueError, match="flagos_view takes strided tensors only"):
+        torch_fl.flagos_view(flagos.cpu())
+
+
+def test_a_shared_file_mapping_stays_in_place_as_on_cpu(tmp_path):
+    # torch.from_file(shared=True): writes reach the file; growing the tensor is refused (it
+    # would part the tensor from the file) on both devices.
+    path = tmp_path / "four_floats.bin"
+    files = {}
+    for device in ("cpu", "flagos"):
+        path.write_bytes(bytes(16))
+        t = torch.from_file(str(path), shared=True, size=4, dtype=torch.float32, device=device)
+        assert not t.untyped_storage().resizable()
+        with pytest.raises(RuntimeError, match="not resizable"):
+            t.resize_(8)
+        t[0] = 42.0
+        del t
+        files[device] = path.read_bytes()
+    assert files["flagos"] == files["cpu"] != bytes(16)
+
+
 # ---- the recipe ----
 
 
@@ -174,6 +250,7 @@ def test_autograd_refuses_saved_tensors_the_operator_overwrote():
 _CPU_ONLY = torch.library.Library("fl_test_cpu_only", "DEF")
 _CPU_ONLY.define("bump_(Tensor(a!) x) -> ()")
 _CPU_ONLY.define("bump_ret_(Tensor(a!) x) -> Tensor(a!)")
+_CPU_ONLY.define("middle(Tensor(a) x) -> Tensor(a)")
 
 
 def _bump(x):
@@ -184,8 +261,13 @@ def _bump_ret(x):
     return x.add_(1)
 
 
+def _middle(x):
+    return x[1:-1]
+
+
 _CPU_ONLY.impl("bump_", _bump, "CPU")
 _CPU_ONLY.impl("bump_ret_", _bump_ret, "CPU")
+_CPU_ONLY.impl("middle", _middle, "CPU")
 
 
 @pytest.mark.parametrize("op", ["bump_", "bump_ret_"])
@@ -204,6 +286,29 @@ def test_a_cpu_kernel_updating_its_argument_shows_on_the_flagos_tensors_version(
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
     assert versions["flagos"] == versions["cpu"] > 0
+
+
+def test_a_cpu_kernel_returning_a_view_gives_an_autograd_view_as_on_cpu():
+    # `Tensor(a) x -> Tensor(a)`: the result is a view of the caller's tensor, so an in-place
+    # update of it reaches the base's autograd history and gradients match cpu's.
+    results = {}
+    for device in ("cpu", "flagos"):
+        x = torch.arange(6.0, device=device, requires_grad=True)
+        base = x * 1
+        view = torch.ops.fl_test_cpu_only.middle(base)
+        assert view._is_view() and view._base is base
+        view.mul_(3)  # through the view: base's history must show it
+        assert base._version == view._version > 0
+        (base * base).sum().backward()
+        with torch.no_grad():
+            plain = torch.ops.fl_test_cpu_only.middle(base)
+        assert plain._is_view() and plain._base is base
+        with torch.inference_mode():
+            inference = torch.ops.fl_test_cpu_only.middle(torch.arange(6.0, device=device))
+        assert not inference._is_view()
+        results[device] = (base.detach().cpu(), x.grad.cpu(), view.detach().cpu())
+    for flagos, cpu in zip(results["flagos"], results["cpu"], strict=True):
+        torch.testing.assert_close(flagos, cpu)
 
 
 def test_a_cpu_tensor_has_no_kernel_of_a_flagos_operator():

@@ -598,7 +598,7 @@ bool reaches_router(const std::string& op) {
 OpEntry::OpEntry(const c10::OperatorHandle& handle, std::string canonical_name)
     : op(handle),
       name(std::move(canonical_name)),
-      plan(ArgPlan::build(handle.schema())),
+      plan(ArgPlan::build(handle)),
       has_cpu_kernel(handle.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)),
       has_native_kernel(
           handle.hasComputedKernelForDispatchKey(accelerator().native_dispatch_key())) {}
