@@ -7,7 +7,9 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <algorithm>
+#include <mutex>
 #include <typeinfo>
+#include <unordered_map>
 
 namespace torch_fl {
 namespace {
@@ -22,9 +24,59 @@ void release_native_storage(void* ctx) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
 }
 
+// Storages kept from resizing while a view of another storage type shares their memory (the
+// flagos storage of a native_view, the native storage behind a flagos tensor that shares it): a
+// resize would free the memory under the view, which the allocator then hands to the next
+// tensor. Counted per storage; once its last such view is gone a storage resizes again if it
+// could before. (Torch keeps a cpu storage that numpy shares from resizing for the same reason,
+// for good.)
+class ResizePins {
+ public:
+  void pin(c10::StorageImpl* impl) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, fresh] = pins_.try_emplace(impl, Pin{0, impl->resizable()});
+    ++it->second.views;
+    impl->set_resizable(false);
+  }
+
+  void unpin(c10::StorageImpl* impl) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pins_.find(impl);
+    if (it != pins_.end() && --it->second.views == 0) {
+      impl->set_resizable(it->second.was_resizable);
+      pins_.erase(it);
+    }
+  }
+
+ private:
+  struct Pin {
+    size_t views;
+    bool was_resizable;
+  };
+  std::mutex mutex_;
+  std::unordered_map<c10::StorageImpl*, Pin> pins_; // the views hold the storages alive
+};
+
+ResizePins& resize_pins() {
+  static auto* pins = new ResizePins(); // never destroyed: views may be freed at exit
+  return *pins;
+}
+
+// The DataPtr of a view that pins the storage it refers to.
+void release_pinned_flagos_storage(void* ctx) {
+  resize_pins().unpin(static_cast<c10::StorageImpl*>(ctx));
+  release_flagos_storage(ctx);
+}
+
+void release_pinned_native_storage(void* ctx) {
+  resize_pins().unpin(static_cast<c10::StorageImpl*>(ctx));
+  release_native_storage(ctx);
+}
+
 c10::StorageImpl* flagos_storage_behind(const c10::Storage& storage) {
   const auto& dp = storage.data_ptr();
-  if (dp.get_deleter() == &release_flagos_storage) {
+  if (dp.get_deleter() == &release_flagos_storage ||
+      dp.get_deleter() == &release_pinned_flagos_storage) {
     return static_cast<c10::StorageImpl*>(dp.get_context());
   }
   return nullptr;
@@ -350,6 +402,20 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
   return make_alias(flagos, native_device, resizable);
 }
 
+at::Tensor pinned_native_alias(const at::Tensor& flagos) {
+  c10::StorageImpl* storage = flagos.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  at::Tensor alias = native_alias(flagos, /*resizable=*/false);
+  resize_pins().pin(storage);
+  const bool pinned =
+      alias.unsafeGetTensorImpl()
+          ->storage()
+          .unsafeGetStorageImpl()
+          ->_mutable_data_ptr_no_checks()
+          .compare_exchange_deleter(&release_flagos_storage, &release_pinned_flagos_storage);
+  TORCH_INTERNAL_ASSERT(pinned);
+  return alias;
+}
+
 void release_alias(at::Tensor& alias) noexcept {
   auto& pool = alias_pool;
   if (!alias.defined() || pool.size == kAliasPoolCapacity ||
@@ -480,20 +546,23 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_ta
   const bool take_over =
       may_take_over && ownership_ == Ownership::TakeOverFresh && native.use_count() == 1;
   // Memory taken over grows as its native storage could (not a file mapping's). Memory shared
-  // with a native storage someone else may still hold stays in place on the native side (its
-  // resize would free the memory under the flagos storage), as torch keeps a cpu tensor's storage
-  // that numpy shares; a shared view (flagos_view) does not grow either, which would silently
-  // part it from the native tensor.
+  // with a native storage someone else may still hold pins that storage while the flagos one
+  // lives (see ResizePins); a view made to share it (flagos_view) does not grow either, which
+  // would silently part it from the native tensor.
   bool resizable = key->resizable();
+  c10::DataPtr memory = take_native_memory(native, take_over);
   if (!take_over) {
-    key->set_resizable(false);
+    resize_pins().pin(key);
+    const bool pinned =
+        memory.compare_exchange_deleter(&release_native_storage, &release_pinned_native_storage);
+    TORCH_INTERNAL_ASSERT(pinned);
     resizable = resizable && ownership_ == Ownership::TakeOverFresh;
   }
   c10::Storage flagos(
       c10::make_intrusive<c10::StorageImpl>(
           c10::StorageImpl::use_byte_size_t(),
           nbytes,
-          accel.adopt_native(take_native_memory(native, take_over), nbytes, index_),
+          accel.adopt_native(std::move(memory), nbytes, index_),
           accel.device_allocator(),
           resizable));
   seen_.emplace_back(key, flagos);

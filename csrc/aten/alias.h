@@ -19,6 +19,9 @@ namespace torch_fl {
 // A native-typed tensor over the memory of a flagos tensor. When `resizable`, a kernel may
 // grow it (out= results); sync_from_alias() then carries the growth back.
 FLAGOS_API at::Tensor native_alias(const at::Tensor& flagos, bool resizable = false);
+// The alias torch_fl.native_view hands out, which may outlive any call: while it lives the
+// flagos storage does not resize (that would free the memory under it); neither does the alias.
+FLAGOS_API at::Tensor pinned_native_alias(const at::Tensor& flagos);
 
 // Hands an alias back when its call is done. If nothing else refers to it, it is emptied (its
 // reference on the flagos memory dropped) and kept for this thread's next native_alias;

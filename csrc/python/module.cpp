@@ -218,11 +218,7 @@ PYBIND11_MODULE(_C, m) {
             "_flagos_to_native_view expects a flagos tensor, got one on ",
             t.device());
         check_strided_for_view(t, "native_view");
-        // As torch does for a cpu tensor whose memory numpy shares: the flagos storage no
-        // longer grows, which would free the memory under the view (the view's own storage
-        // does not grow either).
-        t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl()->set_resizable(false);
-        return native_alias(t);
+        return pinned_native_alias(t);
       },
       "A native-device tensor over the same memory (zero copy).");
   m.def(

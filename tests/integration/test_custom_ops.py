@@ -119,12 +119,22 @@ def test_views_pin_both_storages_as_numpy_pins_a_cpu_tensors(views, grow):
     assert torch.equal(native.cpu(), torch.arange(2.0, 6.0))
 
 
-def test_a_tensor_no_view_shares_still_grows():
-    plain = torch.ones(4, device="flagos")
-    plain.resize_(16)
-    plain[4:] = 2.0
-    assert plain.untyped_storage().resizable()
-    assert torch.equal(plain.cpu(), torch.cat([torch.ones(4), torch.full((12,), 2.0)]))
+@pytest.mark.parametrize("kept", ["flagos", "native"])
+def test_a_tensor_grows_again_once_its_views_are_gone(kept):
+    # Pinned while a view lives (two views: until both are gone), then as before.
+    native_owned = torch.ones(4, device=_native_zeros().device)
+    flagos_owned = torch.ones(4, device="flagos")
+    owner = flagos_owned if kept == "flagos" else native_owned
+    make_view = torch_fl.native_view if kept == "flagos" else torch_fl.flagos_view
+    views = [make_view(owner), make_view(owner)]
+    views.pop()
+    with pytest.raises(RuntimeError, match="not resizable"):
+        owner.clone().set_(owner.untyped_storage()).resize_(16)
+    views.pop()
+    assert owner.untyped_storage().resizable()
+    owner.resize_(16)
+    owner[4:] = 2.0
+    assert torch.equal(owner.cpu(), torch.cat([torch.ones(4), torch.full((12,), 2.0)]))
 
 
 @pytest.mark.parametrize(
