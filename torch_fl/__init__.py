@@ -46,6 +46,10 @@ from torch_fl import comm  # noqa: E402
 
 comm.register()  # the `flagos` torch.distributed backend
 
+from torch_fl import compile as _compile  # noqa: E402  (imports no Inductor)
+
+_compile.register_if_inductor_is_loaded()  # a compilation before this import looked already
+
 from torch_fl.interop import flagos_view, native_view  # noqa: E402
 from torch_fl.version import __version__  # noqa: E402
 

@@ -121,6 +121,26 @@ def test_import_stays_lazy_and_first_compile_registers():
     assert result.stdout.strip().splitlines()[-1] == expected
 
 
+def test_a_compilation_before_import_torch_fl_leaves_flagos_compilable():
+    # With autoload off, torch.compile may run before torch_fl is imported; Inductor looks for
+    # a renamed PrivateUse1 device's code generation only at its first compilation.
+    result = run_python(
+        """
+        import torch
+        assert torch.compile(lambda x: x.sin() + 1)(torch.ones(3)).shape == (3,)
+        import torch_fl
+        x = torch.arange(6.0)
+        out = torch.compile(lambda x: x.softmax(0) * 2)(x.to("flagos"))
+        assert out.device.type == "flagos", out.device
+        torch.testing.assert_close(out.cpu(), x.softmax(0) * 2)
+        print("ok")
+        """,
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.strip().splitlines()[-1] == "ok"
+
+
 def test_registering_flagos_first_keeps_the_builtin_device_op_overrides():
     # torch 2.11 loads Inductor's built-in overrides only into an empty registry and gives any
     # device missing afterwards the CPU's no-op ones ('with pass:' guards in cuda graphs).
@@ -189,6 +209,51 @@ def test_reductions():
         )
 
     check_against_eager_and_cpu(fn, rand(37, 129), atol=1e-4, rtol=1e-3)
+
+
+def test_a_zero_dim_cpu_tensor_first_keeps_results_on_flagos():
+    # Eager lets a 0-dim cpu tensor meet a tensor of any device; Inductor's pointwise lowering
+    # would compute on the first input's device (flagos is not in its GPU list).
+    scale = torch.tensor(2.5)
+
+    def fn(s, x, w):
+        return (
+            s * x,
+            s - x,
+            torch.lerp(x, x * 2, s),
+            torch.maximum(s, x),
+            (s * x).relu() @ w,
+            torch.tensor(2.0) * x,
+            (s * x).sum(),
+        )
+
+    check_against_eager_and_cpu(fn, scale, rand(8, 8), rand(8, 8))
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.scale = torch.tensor(0.5)  # a plain attribute: stays on the cpu
+
+        def forward(self, x):
+            return self.scale * self.lin(x)
+
+    model = Scaled()
+    reference = model(torch.ones(2, 8))
+    model.lin.to(FLAGOS)
+    out = torch.compile(model)(torch.ones(2, 8, device=FLAGOS))
+    assert_on_flagos(out)
+    assert_close(out, reference)
+
+
+def test_argmax_over_every_dimension_of_non_contiguous_inputs():
+    # The index is the logical (row-major) one whatever the memory layout.
+    def fn(t, c):
+        return t.argmax(), t.argmin(keepdim=True), c.argmax(), c.argmin(), t.argmax(dim=0)
+
+    transposed = rand(6, 4).t()
+    channels_last = rand(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    check_against_eager_and_cpu(fn, transposed, channels_last)
 
 
 def test_matmul():

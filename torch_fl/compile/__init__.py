@@ -20,12 +20,19 @@ With FLAGOS_USE_FLAGTREE=1, registration first asserts that the active Triton is
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
 from torch_fl.compile._runtime import FlagTreeNotActiveError, check_flagtree
 
-__all__ = ["FlagTreeNotActiveError", "check_flagtree", "is_registered", "register"]
+__all__ = [
+    "FlagTreeNotActiveError",
+    "check_flagtree",
+    "is_registered",
+    "register",
+    "register_if_inductor_is_loaded",
+]
 
 DEVICE = "flagos"
 
@@ -100,3 +107,15 @@ def register() -> dict[str, Any]:
         )
         _registered = True
         return classes
+
+
+def register_if_inductor_is_loaded() -> None:
+    """At `import torch_fl`: registers now if Inductor is loaded already.
+
+    Inductor looks for a renamed PrivateUse1 device's code generation once, at its first
+    compilation (torch without `_inductor_backend_init`: `init_backend_registration` is
+    cached). A compilation before `import torch_fl` (autoload off) has looked already and
+    would never find flagos. Inductor being loaded, registering costs no import.
+    """
+    if "torch._inductor.codegen.common" in sys.modules:
+        register()

@@ -254,7 +254,8 @@ def _cpp_wrapper() -> type:
 
 @functools.cache
 def cache_key_pass() -> Any:
-    """A no-op post-grad pass for flagos graphs whose uuid keys Inductor's FX graph cache.
+    """The post-grad pass Inductor runs on flagos graphs (graph_fixes), whose uuid also keys
+    Inductor's FX graph cache.
 
     Inductor's cache key covers torch, Triton and Inductor's config but not this module's
     code generation; the pass's uuid (a hash of torch_fl.compile's sources and the build's
@@ -265,19 +266,26 @@ def cache_key_pass() -> Any:
 
     from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
+    from torch_fl.compile import graph_fixes
+
     digest = hashlib.sha256(_runtime.ACCELERATOR.encode())
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.read_bytes())
     uuid = digest.hexdigest()
 
-    class FlagosCacheKey(CustomGraphModulePass):
+    class FlagosPostGradPass(CustomGraphModulePass):
         def __call__(self, gm: torch.fx.GraphModule) -> None:
-            pass
+            changed = graph_fixes.move_cpu_scalars_to_flagos(gm.graph)
+            if not USES_TRITON:  # Triton kernels compute logical indices themselves
+                changed = graph_fixes.flatten_full_argreductions(gm.graph) or changed
+            if changed:
+                gm.graph.lint()
+                gm.recompile()
 
         def uuid(self) -> str:
             return uuid
 
-    return FlagosCacheKey()
+    return FlagosPostGradPass()
 
 
 @functools.cache
