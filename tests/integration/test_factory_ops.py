@@ -108,6 +108,38 @@ def test_eye(shape: tuple, dtype: torch.dtype) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("window", "args"),
+    [
+        (torch.kaiser_window, (7,)),
+        (torch.kaiser_window, (7, False)),
+        (torch.kaiser_window, (7, True, 8.0)),
+        (torch.hann_window, (7,)),
+        (torch.hamming_window, (7, True, 0.5, 0.3)),
+        (torch.blackman_window, (7, False)),
+        (torch.bartlett_window, (7,)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_window_functions(window, args: tuple, dtype: torch.dtype) -> None:
+    # kaiser_window's composite kernel calls a DispatchStub (kernels for CPU and CUDA only).
+    result = window(*args, dtype=dtype, device="flagos")
+    reference = window(*args, dtype=dtype, device=NATIVE)
+    assert result.device == FLAGOS and result.dtype == dtype
+    torch.testing.assert_close(result.cpu(), reference.cpu())
+
+
+@pytest.mark.parametrize(
+    ("overload", "args"),
+    [("out", (6,)), ("periodic_out", (6, False)), ("beta_out", (6, True, 5.0))],
+)
+def test_kaiser_window_out_variants(overload: str, args: tuple) -> None:
+    out = torch.empty(0, dtype=torch.float64, device="flagos")
+    result = getattr(torch.ops.aten.kaiser_window, overload)(*args, out=out)
+    assert result is out and out.device == FLAGOS
+    torch.testing.assert_close(out.cpu(), torch.kaiser_window(*args, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_like_factories_keep_dtype_and_device(dtype: torch.dtype) -> None:
     src_cpu = torch.ones(3, 4, dtype=dtype)

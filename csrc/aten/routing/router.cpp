@@ -521,14 +521,22 @@ std::vector<std::string>& fast_kernels() {
 // Composite kernels routed like kernels of their own, so they run whole on the native
 // device's aliases:
 // - those that refuse any device but CPU and CUDA ("mode only supports CPU, CUDA and XPU device
-//   type") or call a DispatchStub with kernels for those alone (conj_physical_);
+//   type") or call a DispatchStub with kernels for those alone (conj_physical_, kaiser_window);
 // - in-place ones whose out= kernel tells in-place from out= by the arguments' C++ addresses
 //   (addr_ calls addr_out(self, self, ...), which refuses a self of the wrong shape only when
 //   `&result == &self`): through the dispatcher to PrivateUse1 the two would arrive as separate
 //   arguments, and the out= kernel would resize the caller's tensor instead.
 const std::unordered_set<std::string>& composites_run_whole_natively() {
   static const std::unordered_set<std::string> names{
-      "aten::mode.values", "aten::conj_physical_", "aten::addr_"};
+      "aten::mode.values",
+      "aten::conj_physical_",
+      "aten::addr_",
+      "aten::kaiser_window",
+      "aten::kaiser_window.periodic",
+      "aten::kaiser_window.beta",
+      "aten::kaiser_window.out",
+      "aten::kaiser_window.periodic_out",
+      "aten::kaiser_window.beta_out"};
   return names;
 }
 
