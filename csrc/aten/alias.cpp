@@ -2,6 +2,7 @@
 
 #include "runtime/accelerator.h"
 
+#include <ATen/core/ivalue.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
@@ -456,6 +457,13 @@ void SharedAliasStorage::add_replaceable(
   add_entry(flagos, alias, &alias, written);
 }
 
+void SharedAliasStorage::add_list_element(
+    const at::Tensor& flagos, c10::IValue& list, size_t index) {
+  add_entry(flagos, list.toTensorList().get(index), nullptr, false);
+  entries_.back().list = &list;
+  entries_.back().list_index = index;
+}
+
 void SharedAliasStorage::add_entry(
     const at::Tensor& flagos, const at::Tensor& alias, at::Tensor* holder, bool written) {
   if (!alias.defined()) {
@@ -485,12 +493,19 @@ void SharedAliasStorage::hand_written_aliases_to_their_inputs() {
       continue;
     }
     for (Entry& e : entries_) {
-      if (!e.written && e.holder != nullptr && e.flagos_tensor == w.flagos_tensor &&
-          e.alias != w.alias) {
-        release_alias(*e.holder);
-        *e.holder = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
-        e.alias = w.alias;
+      if (e.written || e.flagos_tensor != w.flagos_tensor || e.alias == w.alias) {
+        continue;
       }
+      at::Tensor written_alias(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
+      if (e.holder != nullptr) {
+        release_alias(*e.holder);
+        *e.holder = std::move(written_alias);
+      } else if (e.list != nullptr) {
+        e.list->toTensorList().set(e.list_index, std::move(written_alias));
+      } else {
+        continue;
+      }
+      e.alias = w.alias;
     }
   }
 }

@@ -51,6 +51,9 @@ class FLAGOS_API SharedAliasStorage {
   void add(const at::Tensor& flagos, const at::Tensor& alias, bool written);
   // `alias` is the tensor the kernel will be handed, which apply() may replace.
   void add_replaceable(const at::Tensor& flagos, at::Tensor& alias, bool written);
+  // A read-only element of a Tensor[] argument (`torch.cat([x, y], out=x)`), at `index` of the
+  // list `list` holds, which apply() may replace there.
+  void add_list_element(const at::Tensor& flagos, c10::IValue& list, size_t index);
   void apply();
 
  private:
@@ -60,6 +63,8 @@ class FLAGOS_API SharedAliasStorage {
     c10::TensorImpl* alias;
     at::Tensor* holder; // where the kernel's argument lives; null: not replaceable
     bool written;
+    c10::IValue* list = nullptr; // or the list holding it, at list_index
+    size_t list_index = 0;
   };
   void add_entry(
       const at::Tensor& flagos, const at::Tensor& alias, at::Tensor* holder, bool written);

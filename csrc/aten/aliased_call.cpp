@@ -256,7 +256,7 @@ void prepare_call(
         for (const at::Tensor& t : list) {
           if (is_flagos(t)) {
             auto mapped = to_native(t, a.written, mapping);
-            if (shared) {
+            if (shared && a.written) {
               shared->add(t, mapped, a.written);
             }
             if (a.written) {
@@ -268,6 +268,15 @@ void prepare_call(
           }
         }
         v = std::move(mapped_list);
+        if (shared && !a.written) {
+          // Read elements, replaceable in the list (an element that is also the out= tensor
+          // gets its alias).
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (is_flagos(list.get(i))) {
+              shared->add_list_element(list.get(i), v, i);
+            }
+          }
+        }
         break;
       }
       case ArgPlan::Kind::OptionalTensorList: {

@@ -360,6 +360,27 @@ def test_an_output_that_is_an_input_is_not_resized(name: str) -> None:
     assert out.shape == (5, 5)
 
 
+# An out= tensor that is also an element of a Tensor[] argument is one tensor to the kernel, as
+# natively (cat refuses it even when it is empty; two aliases would let cat resize it).
+LIST_ELEMENT_IS_THE_OUTPUT = {
+    "cat_out": lambda x, y: torch.cat([x, y], out=x),
+    "cat_out_second": lambda x, y: torch.cat([y, x], out=x),
+    "hstack_out": lambda x, y: torch.hstack([x, y], out=x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIST_ELEMENT_IS_THE_OUTPUT))
+def test_an_output_in_an_input_list_is_refused_like_native(name: str) -> None:
+    fn = LIST_ELEMENT_IS_THE_OUTPUT[name]
+    with pytest.raises(RuntimeError) as on_native:
+        fn(torch.empty(0, device=NATIVE_DEVICE), torch.ones(3, device=NATIVE_DEVICE))
+    x = torch.empty(0, device="flagos")
+    with pytest.raises(RuntimeError) as on_flagos:
+        fn(x, torch.ones(3, device="flagos"))
+    assert str(on_flagos.value).splitlines()[0] == str(on_native.value).splitlines()[0]
+    assert x.shape == (0,)
+
+
 def test_partial_overlap_is_refused_without_fast_kernels() -> None:
     # The boxed router (every operator without a fast kernel, or all with FLAGOS_FAST_PATH=0).
     script = """
@@ -382,6 +403,13 @@ except RuntimeError as e:
 else:
     raise SystemExit("an output that is an input was resized")
 assert x.shape == (5, 1)
+x = torch.empty(0, device="flagos")
+try:
+    torch.cat([x, torch.ones(3, device="flagos")], out=x)
+except RuntimeError as e:
+    assert "refer to a single memory location" in str(e), e
+else:
+    raise SystemExit("an out= tensor that is also in the input list was resized")
 x, x_cpu = torch.arange(10.0, device="flagos"), torch.arange(10.0)
 x[::2].add_(x[::2])
 x_cpu[::2].add_(x_cpu[::2])

@@ -333,7 +333,7 @@ class Mapped<const at::ITensorListRef&> {
     size_t i = 0;
     for (const at::Tensor& t : src_) {
       if (ref_.has_value() && is_flagos(t)) {
-        shared.add(t, mapped_[i], false);
+        shared.add_replaceable(t, mapped_[i], false); // mapped_ does not grow any more
       }
       ++i;
     }
