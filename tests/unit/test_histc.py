@@ -27,6 +27,17 @@ def test_integer_histogram_counts_like_a_float_one(dtype: torch.dtype, bounds) -
     assert torch.equal(got.cpu(), want.to(dtype))
 
 
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES)
+@pytest.mark.parametrize("bounds", [(0.5, 3.5), (-2.7, 6.9), (0.2, 0.7), (1.9, 2.1)])
+def test_integer_histogram_truncates_fractional_bounds_as_cuda(dtype: torch.dtype, bounds) -> None:
+    # CUDA's histc converts the bounds to the integer accumulate type before counting.
+    x = _values(dtype)
+    lo, hi = bounds
+    got = torch.histc(x.to("flagos"), bins=3, min=lo, max=hi)
+    want = torch.histc(x.double(), bins=3, min=int(lo), max=int(hi))
+    assert torch.equal(got.cpu(), want.to(dtype))
+
+
 def test_integer_histogram_out() -> None:
     x = _values(torch.int32)
     out = torch.empty(0, dtype=torch.int32, device="flagos")

@@ -3,6 +3,7 @@
 #include "aten/device_check.h"
 #include "aten/native/routed_call.h"
 
+#include <ATen/ops/bincount.h>
 #include <ATen/ops/histc.h>
 #include <ATen/ops/histc_ops.h>
 
@@ -23,9 +24,27 @@ bool is_integer(const at::Tensor& t) {
   }
 }
 
+// As CUDA's: the bounds are converted to the integer accumulate type (truncated toward zero:
+// min=0.5 counts from 0), an empty range takes the data's, and each value's bin is found in
+// integer arithmetic ((value - min) * bins / (max - min), the last bin closed).
 at::Tensor integer_histogram(
     const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
-  return at::histc(self.to(at::kDouble), bins, min, max).to(self.scalar_type());
+  TORCH_CHECK(bins > 0, "bins must be > 0");
+  auto lo = min.to<int64_t>();
+  auto hi = max.to<int64_t>();
+  const at::Tensor values = self.to(at::kLong);
+  if (lo == hi && values.numel() > 0) {
+    lo = values.min().item<int64_t>();
+    hi = values.max().item<int64_t>();
+  }
+  if (lo == hi) {
+    --lo;
+    ++hi;
+  }
+  TORCH_CHECK(lo < hi, "max must be larger than min");
+  const at::Tensor inside = values.masked_select(values.ge(lo).logical_and_(values.le(hi)));
+  const at::Tensor bin = inside.sub(lo).mul_(bins).div_(hi - lo, "floor").clamp_max_(bins - 1);
+  return at::bincount(bin, {}, bins).to(self.scalar_type());
 }
 
 } // namespace
