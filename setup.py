@@ -56,16 +56,17 @@ class CMakeBuild(build_ext):
         config = switches.resolve(os.environ, torch_facts)
         for note in switches.notes(os.environ, config):
             print(f"torch_fl build: {note}", flush=True)
+        # Every switch is read before anything is written: a bad value changes nothing.
+        build_tests = switches.flag(os.environ, "FLAGOS_BUILD_TESTS")
+        build_vendor = switches.flag(os.environ, "FLAGOS_BUILD_VENDOR")
         ext_path = Path(self.get_ext_fullpath(ext.name)).resolve()
         # Outputs always land in the source package (what an editable install imports); a
         # wheel build then copies them to where setuptools packs the extension.
         package_dir = (ROOT / "torch_fl").resolve()
-        switches.write_build_record(package_dir / "_build_config.py", config, torch_facts)
 
         build_dir = ROOT / "build" / f"{config['ACCELERATOR']}-torch{torch_facts['version']}"
         build_dir.mkdir(parents=True, exist_ok=True)
         major, minor = (int(p) for p in torch_facts["version"].split(".")[:2])
-        build_tests = switches.flag(os.environ, "FLAGOS_BUILD_TESTS")
         cmake_args = [
             f"-S{ROOT}",
             f"-B{build_dir}",
@@ -85,7 +86,7 @@ class CMakeBuild(build_ext):
         ]
         if config["ACCELERATOR"] == "dcu":
             vendor_core = "ON" if config["DCU_VENDOR_CORE"] else "OFF"
-            vendor = "ON" if switches.flag(os.environ, "FLAGOS_BUILD_VENDOR") else "OFF"
+            vendor = "ON" if build_vendor else "OFF"
             cmake_args.append(f"-DROCM_PATH={config['ROCM_PATH']}")
             cmake_args += [
                 f"-DFLAGOS_DCU_VENDOR_CORE={vendor_core}",
@@ -96,6 +97,8 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", *cmake_args])
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
         _check_one_cxx_runtime(package_dir / "lib" / "libtorch_fl_core.so")
+        # Only now: a build that failed leaves the record of the build that is installed.
+        switches.write_build_record(package_dir / "_build_config.py", config, torch_facts)
         if ext_path.parent != package_dir:
             ext_path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(package_dir / ext_path.name, ext_path)

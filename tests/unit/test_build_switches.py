@@ -211,3 +211,50 @@ def test_build_record_round_trip(tmp_path: Path) -> None:
 def test_module_does_not_import_torch() -> None:
     source = (REPO_ROOT / "torch_fl" / "_build_switches.py").read_text()
     assert "import torch" not in source
+
+
+def _tree_with_failing_cmake(tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of setup.py and the package's build-time files, with a cmake that fails."""
+    import os
+    import shutil
+
+    tree = tmp_path / "tree"
+    (tree / "torch_fl").mkdir(parents=True)
+    for name in ("setup.py", "pyproject.toml"):
+        shutil.copy2(REPO_ROOT / name, tree / name)
+    for name in ("__init__.py", "_build_switches.py", "version.py"):
+        shutil.copy2(REPO_ROOT / "torch_fl" / name, tree / "torch_fl" / name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "cmake"
+    fake.write_text(f"#!{sys.executable}\nraise SystemExit('configure failed')\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", MAX_JOBS="1")
+    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", FLAGOS_ACCELERATOR="cpu")
+    return tree, env
+
+
+@pytest.mark.parametrize(
+    "bad", [{}, {"FLAGOS_BUILD_TESTS": "maybe"}], ids=["cmake_fails", "bad_switch"]
+)
+def test_a_failed_build_leaves_the_installed_build_record(tmp_path: Path, bad: dict) -> None:
+    # The record must keep describing the binaries that are installed: rewritten before a build
+    # that then failed, it would name another build and make `import torch_fl` refuse.
+    import subprocess
+
+    tree, env = _tree_with_failing_cmake(tmp_path)
+    record = tree / "torch_fl" / "_build_config.py"
+    installed = "ACCELERATOR = 'cuda'\nTORCH_VERSION = '2.11.0'\n"
+    record.write_text(installed)
+    env.update(bad)
+    result = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode != 0
+    expected = "FLAGOS_BUILD_TESTS" if bad else "configure failed"
+    assert expected in result.stdout + result.stderr
+    assert record.read_text() == installed
