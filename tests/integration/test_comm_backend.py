@@ -43,6 +43,16 @@ def test_unknown_tier_value_is_an_error_listing_the_choices(monkeypatch) -> None
         comm.choose_tier()
 
 
+@pytest.mark.parametrize(("value", "host_staged"), [("1", True), ("off", False), ("", False)])
+def test_host_staged_switch_reads_booleans_and_refuses_others(monkeypatch, value, host_staged):
+    monkeypatch.setenv(comm.ENV_HOST_STAGED, value)
+    if CPU_ACCELERATOR:  # the gloo tier (device accelerators stage or use NCCL regardless)
+        assert (comm.choose_tier().path == "host_staged") == host_staged
+    monkeypatch.setenv(comm.ENV_HOST_STAGED, "bogus")
+    with pytest.raises(ValueError, match="FLAGOS_COMM_HOST_STAGED='bogus' is not a boolean"):
+        comm.choose_tier()
+
+
 @pytest.mark.skipif(not CPU_ACCELERATOR, reason="NCCL is available on device accelerators")
 def test_requesting_nccl_on_the_cpu_accelerator_says_why_it_is_unavailable(monkeypatch) -> None:
     monkeypatch.setenv(comm.ENV_TIER, "nccl")

@@ -141,6 +141,17 @@ def test_a_compilation_before_import_torch_fl_leaves_flagos_compilable():
     assert result.stdout.strip().splitlines()[-1] == "ok"
 
 
+@pytest.mark.parametrize(("value", "wanted"), [("1", True), ("no", False), ("", False)])
+def test_flagtree_switch_reads_booleans_and_refuses_others(monkeypatch, value, wanted):
+    from torch_fl.compile import _runtime
+
+    monkeypatch.setenv("FLAGOS_USE_FLAGTREE", value)
+    assert _runtime.flagtree_wanted() is wanted
+    monkeypatch.setenv("FLAGOS_USE_FLAGTREE", "maybe")
+    with pytest.raises(ValueError, match="FLAGOS_USE_FLAGTREE='maybe' is not a boolean"):
+        _runtime.flagtree_wanted()
+
+
 def test_registering_flagos_first_keeps_the_builtin_device_op_overrides():
     # torch 2.11 loads Inductor's built-in overrides only into an empty registry and gives any
     # device missing afterwards the CPU's no-op ones ('with pass:' guards in cuda graphs).

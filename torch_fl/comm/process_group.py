@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from torch_fl._build_switches import flag
+
 TIERS = ("flagcx", "nccl", "gloo")
 ENV_TIER = "FLAGOS_COMM_TIER"
 ENV_HOST_STAGED = "FLAGOS_COMM_HOST_STAGED"
@@ -82,8 +84,11 @@ def comm_profile() -> str:
     return "cuda_abi" if gems_vendor().lower() in CUDA_ABI_VENDORS else "host"
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+def _env_flag(name: str) -> bool:
+    """A boolean variable (unset or empty: off); another value is a ValueError naming it."""
+    if not os.environ.get(name, "").strip():
+        return False
+    return flag(os.environ, name)
 
 
 def _requested_tier(options: Options | None) -> str | None:
@@ -196,7 +201,7 @@ def _gloo_path(options: Options | None) -> str:
     if options is not None and options.host_staged is not None:
         staged = options.host_staged
     else:
-        staged = _flag(os.environ.get(ENV_HOST_STAGED)) or _C._native_device_type() != "cpu"
+        staged = _env_flag(ENV_HOST_STAGED) or _C._native_device_type() != "cpu"
     if not staged and _C._native_device_type() != "cpu":
         raise TierUnavailableError(
             "the gloo tier takes flagos tensors zero-copy only on the cpu accelerator; on the "

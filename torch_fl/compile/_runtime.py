@@ -11,6 +11,7 @@ import os
 import torch
 
 from torch_fl import _C, _build_config
+from torch_fl._build_switches import flag
 
 # The accelerator this torch_fl was built for ("cpu", "cuda", "dcu").
 ACCELERATOR: str = _build_config.ACCELERATOR
@@ -50,7 +51,10 @@ def get_raw_stream(index: int) -> int:
 
 
 def flagtree_wanted() -> bool:
-    return os.environ.get(FLAGTREE_ENV, "0").strip().lower() not in ("", "0", "false", "no", "off")
+    """FLAGOS_USE_FLAGTREE as a boolean (unset or empty: off); another value is a ValueError."""
+    if not os.environ.get(FLAGTREE_ENV, "").strip():
+        return False
+    return flag(os.environ, FLAGTREE_ENV)
 
 
 def flagtree_backend() -> str | None:
