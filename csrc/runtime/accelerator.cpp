@@ -20,7 +20,8 @@ void check_device_index(int64_t index) {
       accelerator().name(),
       " accelerator",
       std::string(accelerator().name()) == "cpu"
-          ? "; set FLAGOS_CPU_DEVICE_COUNT before the first use to change the count"
+          ? "; set FLAGOS_CPU_DEVICE_COUNT before torch_fl loads (before `import torch`) to "
+            "change the count"
           : "");
 }
 

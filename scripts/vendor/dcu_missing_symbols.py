@@ -50,10 +50,15 @@ def missing(bundle: Path, torch_lib: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
+    if len(argv) not in (2, 3) or argv[1] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
-        return 2
+        return 0 if len(argv) == 2 else 2
     bundle = Path(argv[1])
+    if not any((bundle / name).is_file() for name in DEVICE_LIBS):
+        # An empty list appended to abi_shim_symbols.txt would look like success.
+        libs = ", ".join(DEVICE_LIBS)
+        print(f"BUNDLE_DIR {bundle} has none of {libs}: bundle first", file=sys.stderr)
+        return 2
     if len(argv) == 3:
         torch_lib = Path(argv[2])
     else:
@@ -62,6 +67,9 @@ def main(argv: list[str]) -> int:
             print("no importable torch; pass TORCH_LIB_DIR", file=sys.stderr)
             return 2
         torch_lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    if not torch_lib.is_dir():
+        print(f"{torch_lib} is not a directory (TORCH_LIB_DIR)", file=sys.stderr)
+        return 2
     symbols = missing(bundle, torch_lib)
     for symbol, readable in zip(symbols, _demangle(symbols), strict=True):
         print(f"{symbol}  # {readable}")

@@ -205,3 +205,10 @@ def test_missing_symbol_attribution(tmp_path: Path) -> None:
     gen = ROOT / "scripts" / "vendor" / "gen_dcu_abi_shim.py"
     subprocess.run([sys.executable, str(gen), str(listed), str(tmp_path / "s.cpp")], check=True)
     assert '__asm__("_ZN3c103hip7dtkOnlyEv")' in (tmp_path / "s.cpp").read_text()
+    # A directory without the device libraries is an error, not an empty (successful) list.
+    empty = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/vendor/dcu_missing_symbols.py"), str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+    )
+    assert empty.returncode == 2 and "has none of" in empty.stderr and empty.stdout == ""
