@@ -153,6 +153,9 @@ def test_views_take_strided_tensors_only(make):
         torch_fl.flagos_view(flagos.cpu())
 
 
+@pytest.mark.skipif(
+    torch_fl.build_config.ACCELERATOR != "cpu", reason="flagos memory is the host's on cpu only"
+)
 def test_a_shared_file_mapping_stays_in_place_as_on_cpu(tmp_path):
     # torch.from_file(shared=True): writes reach the file; growing the tensor is refused (it
     # would part the tensor from the file) on both devices.
@@ -298,6 +301,10 @@ def test_a_cpu_kernel_updating_its_argument_shows_on_the_flagos_tensors_version(
     assert versions["flagos"] == versions["cpu"] > 0
 
 
+@pytest.mark.skipif(
+    torch_fl.build_config.ACCELERATOR != "cpu",
+    reason="a device accelerator's cpu_fallback runs the kernel on host copies: no view",
+)
 def test_a_cpu_kernel_returning_a_view_gives_an_autograd_view_as_on_cpu():
     # `Tensor(a) x -> Tensor(a)`: the result is a view of the caller's tensor, so an in-place
     # update of it reaches the base's autograd history and gradients match cpu's.
