@@ -72,13 +72,18 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
   }
 
   // How the tier was chosen, recorded by the Python factory for inspection: tiers ranked above
-  // the chosen one that were candidates but could not be used (skip reasons), and tiers whose
-  // prerequisites are absent here (unavailable).
+  // the chosen one that were candidates but could not be used (skip reasons), tiers whose
+  // prerequisites are absent here (unavailable), and the tier asked for (empty: none).
   using Reasons = std::map<std::string, std::string>;
-  void set_selection(std::string profile, Reasons skip_reasons, Reasons unavailable) {
+  void set_selection(
+      std::string profile, Reasons skip_reasons, Reasons unavailable, std::string requested) {
     profile_ = std::move(profile);
     skip_reasons_ = std::move(skip_reasons);
     unavailable_ = std::move(unavailable);
+    requested_ = std::move(requested);
+  }
+  const std::string& requested() const {
+    return requested_;
   }
   const std::string& profile() const {
     return profile_;
@@ -206,6 +211,7 @@ class FLAGOS_API ProcessGroupFlagOS : public c10d::Backend {
   std::string profile_;
   Reasons skip_reasons_;
   Reasons unavailable_;
+  std::string requested_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<uint64_t> global_ranks_;
   std::atomic<uint64_t> splits_{0};

@@ -14,6 +14,8 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 namespace py = pybind11;
 
 namespace torch_fl {
@@ -78,6 +80,7 @@ c10::intrusive_ptr<c10d::Backend> create_split_part(
       parent.profile(),
       parent.skip_reasons(),
       parent.unavailable(),
+      parent.requested(),
       part.store,
       part.rank,
       part.size,
@@ -130,7 +133,8 @@ py::module_ bind_comm() {
           &ProcessGroupFlagOS::set_selection,
           py::arg("profile"),
           py::arg("skip_reasons"),
-          py::arg("unavailable"))
+          py::arg("unavailable"),
+          py::arg("requested") = std::string())
       .def(
           "_set_group",
           &ProcessGroupFlagOS::set_group,
@@ -148,6 +152,11 @@ py::module_ bind_comm() {
       .def_property_readonly("tier", &ProcessGroupFlagOS::tier)
       .def_property_readonly("profile", &ProcessGroupFlagOS::profile)
       .def_property_readonly("skip_reasons", &ProcessGroupFlagOS::skip_reasons)
+      .def_property_readonly(
+          "requested",
+          [](const ProcessGroupFlagOS& pg) -> std::optional<std::string> {
+            return pg.requested().empty() ? std::nullopt : std::optional(pg.requested());
+          })
       .def_property_readonly("unavailable", &ProcessGroupFlagOS::unavailable)
       .def_property_readonly(
           "path", [](const ProcessGroupFlagOS& pg) { return comm::tensor_path_name(pg.path()); })

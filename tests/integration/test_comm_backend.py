@@ -43,6 +43,17 @@ def test_unknown_tier_value_is_an_error_listing_the_choices(monkeypatch) -> None
         comm.choose_tier()
 
 
+@pytest.mark.parametrize("requested", [None, "gloo"])
+def test_tier_info_reports_the_requested_tier(monkeypatch, requested) -> None:
+    if requested is not None:
+        monkeypatch.setenv(comm.ENV_TIER, requested)
+    _init()
+    info = comm.tier_info()
+    assert info.requested == requested == comm.choose_tier().requested
+    if requested is not None:
+        assert info.tier == requested
+
+
 @pytest.mark.parametrize(("value", "host_staged"), [("1", True), ("off", False), ("", False)])
 def test_host_staged_switch_reads_booleans_and_refuses_others(monkeypatch, value, host_staged):
     monkeypatch.setenv(comm.ENV_HOST_STAGED, value)

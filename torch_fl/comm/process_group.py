@@ -298,7 +298,9 @@ def create_backend(dist_opts, backend_options=None):
     choice = choose_tier(backend_options)
     inner = _make_inner(choice.tier, dist_opts)
     backend = _C._comm_init().ProcessGroupFlagOS(inner, choice.tier, choice.path)
-    backend._set_selection(choice.profile, choice.skip_reasons, choice.unavailable)
+    backend._set_selection(
+        choice.profile, choice.skip_reasons, choice.unavailable, choice.requested or ""
+    )
     backend._set_group(dist_opts.store, list(dist_opts.global_ranks_in_group), dist_opts.timeout)
     return backend
 
@@ -309,6 +311,7 @@ def create_split_part(
     profile: str,
     skip_reasons: dict[str, str],
     unavailable: dict[str, str],
+    requested: str,
     store,
     group_rank: int,
     group_size: int,
@@ -331,7 +334,7 @@ def create_split_part(
     dist_opts.group_id = group_name
     dist_opts.global_ranks_in_group = global_ranks
     backend = _C._comm_init().ProcessGroupFlagOS(_make_inner(tier, dist_opts), tier, path)
-    backend._set_selection(profile, skip_reasons, unavailable)
+    backend._set_selection(profile, skip_reasons, unavailable, requested)
     backend._set_group(store, global_ranks, timeout)
     return backend
 
@@ -371,6 +374,7 @@ def tier_info(group=None) -> TierChoice:
         tier=backend.tier,
         path=backend.path,
         profile=backend.profile,
+        requested=backend.requested,
         skip_reasons=dict(backend.skip_reasons),
         unavailable=dict(backend.unavailable),
     )
