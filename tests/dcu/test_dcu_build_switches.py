@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.dcu.conftest import ROOT, switches
+from tests.setup_py_tree import copy_setup_tree, run_build_ext
 
 FACTS = {"version": "2.13.0", "full_version": "2.13.0+cpu", "has_cuda": False}
 
@@ -91,14 +92,8 @@ def test_setup_py_dcu_branch(tmp_path: Path) -> None:
     """`FLAGOS_ACCELERATOR=dcu python setup.py build_ext --inplace` on a copy of the tree, with a
     recording stand-in for cmake: the notes, the build record and the CMake arguments."""
     import os
-    import shutil
 
-    tree = tmp_path / "tree"
-    (tree / "torch_fl").mkdir(parents=True)
-    for name in ("setup.py", "pyproject.toml"):
-        shutil.copy2(ROOT / name, tree / name)
-    for name in ("__init__.py", "_build_switches.py", "version.py"):
-        shutil.copy2(ROOT / "torch_fl" / name, tree / "torch_fl" / name)
+    tree = copy_setup_tree(tmp_path / "tree")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "cmake.args"
@@ -128,13 +123,7 @@ def test_setup_py_dcu_branch(tmp_path: Path) -> None:
         TORCH_DEVICE_BACKEND_AUTOLOAD="0",
         MAX_JOBS="1",
     )
-    result = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--inplace"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    result = run_build_ext(tree, env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "FLAGOS_BUILD_VENDOR=1 is a no-op on dcu" in result.stdout
     assert "FLAGOS_BUILD_FLAGGEMS_CPP forced off on dcu" in result.stdout

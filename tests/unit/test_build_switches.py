@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.setup_py_tree import copy_setup_tree, run_build_ext
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -216,14 +218,8 @@ def test_module_does_not_import_torch() -> None:
 def _tree_with_failing_cmake(tmp_path: Path) -> tuple[Path, dict]:
     """A copy of setup.py and the package's build-time files, with a cmake that fails."""
     import os
-    import shutil
 
-    tree = tmp_path / "tree"
-    (tree / "torch_fl").mkdir(parents=True)
-    for name in ("setup.py", "pyproject.toml"):
-        shutil.copy2(REPO_ROOT / name, tree / name)
-    for name in ("__init__.py", "_build_switches.py", "version.py"):
-        shutil.copy2(REPO_ROOT / "torch_fl" / name, tree / "torch_fl" / name)
+    tree = copy_setup_tree(tmp_path / "tree")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "cmake"
@@ -240,20 +236,13 @@ def _tree_with_failing_cmake(tmp_path: Path) -> tuple[Path, dict]:
 def test_a_failed_build_leaves_the_installed_build_record(tmp_path: Path, bad: dict) -> None:
     # The record must keep describing the binaries that are installed: rewritten before a build
     # that then failed, it would name another build and make `import torch_fl` refuse.
-    import subprocess
 
     tree, env = _tree_with_failing_cmake(tmp_path)
     record = tree / "torch_fl" / "_build_config.py"
     installed = "ACCELERATOR = 'cuda'\nTORCH_VERSION = '2.11.0'\n"
     record.write_text(installed)
     env.update(bad)
-    result = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--inplace"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    result = run_build_ext(tree, env)
     assert result.returncode != 0
     expected = "FLAGOS_BUILD_TESTS" if bad else "configure failed"
     assert expected in result.stdout + result.stderr
