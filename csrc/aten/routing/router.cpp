@@ -162,7 +162,14 @@ struct State {
   // Caller holds mu. Calls on other threads read `route` first and `size_rules` only when it
   // says kRouteBySize, so the rules are published before that value and dropped after it.
   void resolve(OpEntry& e) {
-    const Resolved r = resolve(e.name);
+    Resolved r = resolve(e.name);
+    // A device accelerator's default route is its native kernels; an operator with none but a
+    // CPU kernel (a custom operator registered for "CPU" only) runs on cpu_fallback instead,
+    // host-staged, counted and logged as such, rather than failing for want of a kernel.
+    if (r.origin == Origin::Default && r.route == Route::Cuda && !e.has_native_kernel &&
+        e.has_cpu_kernel) {
+      r.route = Route::CpuFallback;
+    }
     const auto plain = static_cast<uint8_t>(r.route);
     e.plain_route.store(plain, std::memory_order_relaxed);
     e.origin.store(static_cast<uint8_t>(r.origin), std::memory_order_relaxed);
