@@ -33,9 +33,17 @@ void release_native_storage(void* ctx) {
 // for good.)
 class ResizePins {
  public:
-  void pin(c10::StorageImpl* impl) {
+  // Pins `impl` for a view whose memory is `view_memory` (a DataPtr holding a reference on
+  // `impl` through `plain`): its deleter becomes `pinned`, which unpins before releasing.
+  void pin(
+      c10::StorageImpl* impl,
+      c10::DataPtr& view_memory,
+      c10::DeleterFnPtr plain,
+      c10::DeleterFnPtr pinned) {
+    const bool swapped = view_memory.compare_exchange_deleter(plain, pinned);
+    TORCH_INTERNAL_ASSERT(swapped);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, fresh] = pins_.try_emplace(impl, Pin{0, impl->resizable()});
+    auto it = pins_.try_emplace(impl, Pin{0, impl->resizable()}).first;
     ++it->second.views;
     impl->set_resizable(false);
   }
@@ -406,14 +414,11 @@ at::Tensor native_alias(const at::Tensor& flagos, bool resizable) {
 at::Tensor pinned_native_alias(const at::Tensor& flagos) {
   c10::StorageImpl* storage = flagos.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
   at::Tensor alias = native_alias(flagos, /*resizable=*/false);
-  resize_pins().pin(storage);
-  const bool pinned =
-      alias.unsafeGetTensorImpl()
-          ->storage()
-          .unsafeGetStorageImpl()
-          ->_mutable_data_ptr_no_checks()
-          .compare_exchange_deleter(&release_flagos_storage, &release_pinned_flagos_storage);
-  TORCH_INTERNAL_ASSERT(pinned);
+  resize_pins().pin(
+      storage,
+      alias.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl()->_mutable_data_ptr_no_checks(),
+      &release_flagos_storage,
+      &release_pinned_flagos_storage);
   return alias;
 }
 
@@ -493,17 +498,16 @@ void SharedAliasStorage::hand_written_aliases_to_their_inputs() {
       continue;
     }
     for (Entry& e : entries_) {
-      if (e.written || e.flagos_tensor != w.flagos_tensor || e.alias == w.alias) {
-        continue;
+      if (e.written || e.flagos_tensor != w.flagos_tensor || e.alias == w.alias ||
+          (e.holder == nullptr && e.list == nullptr)) {
+        continue; // not this tensor, or nowhere to hand the alias to
       }
       at::Tensor written_alias(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(w.alias));
       if (e.holder != nullptr) {
         release_alias(*e.holder);
         *e.holder = std::move(written_alias);
-      } else if (e.list != nullptr) {
-        e.list->toTensorList().set(e.list_index, std::move(written_alias));
       } else {
-        continue;
+        e.list->toTensorList().set(e.list_index, std::move(written_alias));
       }
       e.alias = w.alias;
     }
@@ -567,10 +571,7 @@ c10::Storage StorageRelabeler::to_flagos(const c10::Storage& native, bool may_ta
   bool resizable = key->resizable();
   c10::DataPtr memory = take_native_memory(native, take_over);
   if (!take_over) {
-    resize_pins().pin(key);
-    const bool pinned =
-        memory.compare_exchange_deleter(&release_native_storage, &release_pinned_native_storage);
-    TORCH_INTERNAL_ASSERT(pinned);
+    resize_pins().pin(key, memory, &release_native_storage, &release_pinned_native_storage);
     resizable = resizable && ownership_ == Ownership::TakeOverFresh;
   }
   c10::Storage flagos(

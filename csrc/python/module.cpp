@@ -92,7 +92,6 @@ c10::DeviceIndex from_python(int64_t index) {
   return static_cast<c10::DeviceIndex>(index);
 }
 
-// The device a Python index names (-1: the current one).
 // The interop views map plain memory: a sparse or nested tensor has no single storage to map.
 void check_strided_for_view(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(
@@ -105,6 +104,7 @@ void check_strided_for_view(const at::Tensor& t, const char* name) {
       "tensor's values()) instead");
 }
 
+// The device a Python index names (-1: the current one).
 c10::DeviceIndex resolve_from_python(int64_t index) {
   return resolve_device_index(from_python(index));
 }

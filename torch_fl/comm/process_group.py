@@ -84,13 +84,6 @@ def comm_profile() -> str:
     return "cuda_abi" if gems_vendor().lower() in CUDA_ABI_VENDORS else "host"
 
 
-def _env_flag(name: str) -> bool:
-    """A boolean variable (unset or empty: off); another value is a ValueError naming it."""
-    if not os.environ.get(name, "").strip():
-        return False
-    return flag(os.environ, name)
-
-
 def _requested_tier(options: Options | None) -> str | None:
     tier = options.tier if options is not None and options.tier else os.environ.get(ENV_TIER)
     source = "Options(tier=...)" if options is not None and options.tier else ENV_TIER
@@ -201,7 +194,7 @@ def _gloo_path(options: Options | None) -> str:
     if options is not None and options.host_staged is not None:
         staged = options.host_staged
     else:
-        staged = _env_flag(ENV_HOST_STAGED) or _C._native_device_type() != "cpu"
+        staged = flag(os.environ, ENV_HOST_STAGED) or _C._native_device_type() != "cpu"
     if not staged and _C._native_device_type() != "cpu":
         raise TierUnavailableError(
             "the gloo tier takes flagos tensors zero-copy only on the cpu accelerator; on the "

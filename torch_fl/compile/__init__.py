@@ -103,7 +103,7 @@ def register() -> dict[str, Any]:
             classes["PythonWrapperCodegen"],
             classes["CppWrapperCodegen"],
             classes["WrapperFxCodegen"],
-            inductor_backend.cache_key_pass(),
+            inductor_backend.post_grad_pass(),
         )
         _registered = True
         return classes

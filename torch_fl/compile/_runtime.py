@@ -52,8 +52,6 @@ def get_raw_stream(index: int) -> int:
 
 def flagtree_wanted() -> bool:
     """FLAGOS_USE_FLAGTREE as a boolean (unset or empty: off); another value is a ValueError."""
-    if not os.environ.get(FLAGTREE_ENV, "").strip():
-        return False
     return flag(os.environ, FLAGTREE_ENV)
 
 

@@ -1,7 +1,7 @@
 """Post-grad rewrites of flagos graphs, for Inductor lowerings that test device types by name.
 
-Run by the flagos custom pass (inductor_backend.flagos_post_grad_pass) on every post-grad
-graph Inductor compiles for flagos, before lowering. Each rewrite keeps eager's semantics:
+Run by the flagos custom pass (inductor_backend.post_grad_pass) on every post-grad graph
+Inductor compiles for flagos, before lowering. Each rewrite keeps eager's semantics:
 
 - `move_cpu_scalars_to_flagos`: a pointwise lowering puts its kernel on the first input's
   device unless some input is on a device Inductor lists as a GPU (`GPU_TYPES`, which flagos
@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-DEVICE = "flagos"
+from torch_fl.compile import DEVICE
+
 _ARG_REDUCTIONS = (torch.ops.aten.argmax.default, torch.ops.aten.argmin.default)
 
 

@@ -253,7 +253,7 @@ def _cpp_wrapper() -> type:
 
 
 @functools.cache
-def cache_key_pass() -> Any:
+def post_grad_pass() -> Any:
     """The post-grad pass Inductor runs on flagos graphs (graph_fixes), whose uuid also keys
     Inductor's FX graph cache.
 
