@@ -9,6 +9,7 @@
 #include "runtime/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/as_strided_ops.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -356,6 +357,9 @@ void finish_call(
         sync_from_alias(w.original, w.mapped);
       }
     } else {
+      // The update was counted above (or by ADInplaceOrView for an ATen operator); writing
+      // it back is not another one.
+      at::AutoDispatchBelowADInplaceOrView not_versioned;
       if (w.original.sizes() != w.mapped.sizes()) {
         w.original.resize_(w.mapped.sizes());
       }
