@@ -7,9 +7,12 @@ CUDA backward fails where a PrivateUse1 backend is registered (pytorch/pytorch#1
 native children run with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and never load torch_fl. Decoding
 and an AdamW step (gradients set, not computed) run no backward, so they are also measured in
 one process, flagos and native calls interleaved: processes on the GPU machine differ in host
-speed by more than the target, and these lines are free of that.
+speed by more than the target, and these lines are free of that. Their paired figure is the
+median of the ratios of neighbouring calls (one flagos, one native) with its 95% bootstrap
+interval: host speed drifts within a process too, and neighbours share the drift.
 
     python benchmarks/transformer_e2e.py [--rounds 5] [--steps 20] [--native cuda|cpu]
+    python benchmarks/transformer_e2e.py --child pair:cuda --pair-reps 40  # one process only
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from _stats import median_interval
 
 
 def build(device: str, size: str) -> tuple[Any, Any, Any, Any, Callable[[], None]]:
@@ -93,12 +98,19 @@ def _measure_pair(native: str, reps: int, decode_tokens: int, size: str) -> dict
         return time.perf_counter() - start
 
     times: dict[str, list[float]] = {}
+    summary: dict[str, float] = {}
     for what, run in (("decode", lambda d: decode[d]()), ("opt_step", step_time)):
         run("flagos"), run(native)  # warm-up (the first step creates the optimizer state)
         for rep in range(reps):
             for device in ("flagos", native) if rep % 2 == 0 else (native, "flagos"):
                 times.setdefault(f"{what}_{device}_s", []).append(run(device))
-    return {k: statistics.median(t) for k, t in times.items()}
+        paired = [
+            f / n
+            for f, n in zip(times[f"{what}_flagos_s"], times[f"{what}_{native}_s"], strict=True)
+        ]
+        summary[f"{what}_paired"] = statistics.median(paired)
+        summary[f"{what}_paired_lo"], summary[f"{what}_paired_hi"] = median_interval(paired)
+    return {**{k: statistics.median(t) for k, t in times.items()}, **summary}
 
 
 def _measure(device: str, steps: int, decode_tokens: int, size: str) -> dict[str, float]:
@@ -154,6 +166,7 @@ def run_child(script: str, device: str, args: list[str]) -> dict[str, Any]:
 
 def _child(device: str, args: argparse.Namespace) -> dict[str, float]:
     options = ["--steps", str(args.steps), "--decode-tokens", str(args.decode_tokens)]
+    options += ["--pair-reps", str(args.pair_reps)]
     return run_child(__file__, device, [*options, "--size", args.size])
 
 
@@ -164,11 +177,17 @@ def main() -> None:
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--size", choices=("small", "medium"), default="small")
     parser.add_argument("--native", default=None, help="cuda or cpu (default: from the build)")
+    parser.add_argument(
+        "--pair-reps",
+        type=int,
+        default=0,
+        help="calls of each device in the one-process lines (default: --steps, at least 6)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child and args.child.startswith("pair:"):
         native = args.child.split(":", 1)[1]
-        reps = max(6, args.steps)
+        reps = args.pair_reps or max(6, args.steps)
         print(json.dumps(_measure_pair(native, reps, args.decode_tokens, args.size)))
         return
     if args.child:
@@ -192,7 +211,12 @@ def main() -> None:
     for what in ("decode", "opt_step"):
         f, n = pair[f"{what}_flagos_s"], pair[f"{what}_{native}_s"]
         label = f"{what}_s (1 process, interleaved)"
-        print(f"{label:<16}{f:>14.6g}{n:>14.6g}{f / n:>10.3f}", flush=True)
+        paired = pair[f"{what}_paired"], pair[f"{what}_paired_lo"], pair[f"{what}_paired_hi"]
+        print(
+            f"{label:<16}{f:>14.6g}{n:>14.6g}{f / n:>10.3f}"
+            f"  paired {paired[0]:.3f} [{paired[1]:.3f}, {paired[2]:.3f}]",
+            flush=True,
+        )
     results: dict[str, list[dict[str, float]]] = {"flagos": [], native: []}
     metrics = ("train_step_s", "decode_s", "peak_bytes")
     for i in range(args.rounds):

@@ -1,6 +1,7 @@
 #include "aten/alias.h"
 
 #include "runtime/accelerator.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/InferenceMode.h>
@@ -42,14 +43,14 @@ class ResizePins {
       c10::DeleterFnPtr pinned) {
     const bool swapped = view_memory.compare_exchange_deleter(plain, pinned);
     TORCH_INTERNAL_ASSERT(swapped);
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     auto it = pins_.try_emplace(impl, Pin{0, impl->resizable()}).first;
     ++it->second.views;
     impl->set_resizable(false);
   }
 
   void unpin(c10::StorageImpl* impl) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard lock(mutex_);
     auto it = pins_.find(impl);
     if (it != pins_.end() && --it->second.views == 0) {
       impl->set_resizable(it->second.was_resizable);
@@ -62,7 +63,7 @@ class ResizePins {
     size_t views;
     bool was_resizable;
   };
-  std::mutex mutex_;
+  ForkSafeMutex mutex_;
   std::unordered_map<c10::StorageImpl*, Pin> pins_; // the views hold the storages alive
 };
 

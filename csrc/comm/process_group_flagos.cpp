@@ -3,6 +3,7 @@
 #include "comm/call.h"
 #include "comm/work.h"
 #include "runtime/accelerator.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -30,7 +31,7 @@ at::Tensor as_world_blocks(
   return world_tensor.view(shape);
 }
 
-std::mutex part_factory_mutex;
+ForkSafeMutex part_factory_mutex;
 ProcessGroupFlagOS::PartFactory& part_factory() {
   static ProcessGroupFlagOS::PartFactory factory;
   return factory;
@@ -39,7 +40,7 @@ ProcessGroupFlagOS::PartFactory& part_factory() {
 } // namespace
 
 void ProcessGroupFlagOS::set_part_factory(PartFactory factory) {
-  std::lock_guard<std::mutex> lock(part_factory_mutex);
+  std::lock_guard lock(part_factory_mutex);
   part_factory() = std::move(factory);
 }
 
@@ -172,7 +173,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupFlagOS::split(
   }
   PartFactory factory;
   {
-    std::lock_guard<std::mutex> lock(part_factory_mutex);
+    std::lock_guard lock(part_factory_mutex);
     factory = part_factory();
   }
   TORCH_CHECK(

@@ -1,6 +1,7 @@
 #include "comm/work.h"
 
 #include "aten/alias.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -29,9 +30,9 @@ const char* tensor_path_name(TensorPath path) {
 }
 
 const char* interned_name(const std::string& name) {
-  static std::mutex mutex;
+  static auto* mutex = new ForkSafeMutex();         // leaked with the names
   static auto* names = new std::set<std::string>(); // leaked: works may die after exit hooks
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard lock(*mutex);
   return names->insert(name).first->c_str();
 }
 

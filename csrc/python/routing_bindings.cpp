@@ -103,14 +103,20 @@ PyObject* keyword_names(OpEntry& e) {
   return static_cast<PyObject*>(e.python_kwnames);
 }
 
-void python_route(OpEntry& e, torch::jit::Stack* stack) {
+PyObject* require_python_kernel(const OpEntry& e) {
+  auto* kernel = static_cast<PyObject*>(e.python_kernel.load(std::memory_order_acquire));
   TORCH_CHECK_NOT_IMPLEMENTED(
-      e.python_kernel.load(std::memory_order_acquire) != nullptr,
+      kernel != nullptr,
       e.name,
       " is routed to flagos_python, but no Python kernel is registered for it; register one "
       "with torch_fl.routing.register_python_kernel('",
       e.name,
       "', fn) or route it elsewhere (torch_fl.routing.set_route, FLAGOS_OP_<name>)");
+  return kernel;
+}
+
+void python_route(OpEntry& e, torch::jit::Stack* stack) {
+  require_python_kernel(e); // before any work; asked again under the GIL, where it is kept
   const c10::OperatorHandle& op = e.op;
   const auto& schema = op.schema();
   PreparedCall call;
@@ -122,8 +128,8 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   DeviceScope scope(call.index);
   {
     py::gil_scoped_acquire gil;
-    auto fn = py::reinterpret_borrow<py::object>(
-        static_cast<PyObject*>(e.python_kernel.load(std::memory_order_acquire)));
+    // Unregistering takes the GIL too, so the kernel read here stays alive for the call.
+    auto fn = py::reinterpret_borrow<py::object>(require_python_kernel(e));
     const auto& args = schema.arguments();
     const size_t begin = stack->size() - args.size();
     // One vectorcall: positional arguments, then the keyword-only ones named by `kwnames`

@@ -1,11 +1,13 @@
 #include "runtime/config_error.h"
 
+#include "runtime/fork_safe_mutex.h"
+
 #include <mutex>
 
 namespace torch_fl {
 namespace {
-std::mutex& error_mutex() {
-  static std::mutex m;
+ForkSafeMutex& error_mutex() {
+  static ForkSafeMutex m;
   return m;
 }
 std::string& error_text() {
@@ -15,13 +17,13 @@ std::string& error_text() {
 } // namespace
 
 void set_config_error(std::string message) {
-  std::lock_guard<std::mutex> lock(error_mutex());
+  std::lock_guard lock(error_mutex());
   auto& text = error_text();
   text = text.empty() ? std::move(message) : text + "\n" + message;
 }
 
 std::string config_error() {
-  std::lock_guard<std::mutex> lock(error_mutex());
+  std::lock_guard lock(error_mutex());
   return error_text();
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/generator.h"
 
 #include "runtime/accelerator.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
@@ -76,10 +77,10 @@ FlagosGenerator* FlagosGenerator::clone_impl() const {
 }
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
-  static std::mutex mutex;
+  static ForkSafeMutex mutex;
   static std::deque<std::unique_ptr<at::Generator>> generators; // stable addresses
   index = resolve_device_index(index);
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard lock(mutex);
   if (generators.size() <= static_cast<size_t>(index)) {
     generators.resize(index + 1);
   }

@@ -270,3 +270,43 @@ def test_provider_validation():
         routing.register_provider({"not_an_op": k_relu})
     with pytest.raises(TypeError, match="must be callable"):
         routing.register_python_kernel("relu", 42)
+
+
+def test_unregistering_a_kernel_while_other_threads_call_it_raises_cleanly():
+    # A call waits for the GIL after its first check; a kernel unregistered meanwhile must give
+    # the "no Python kernel" error, not a call through a null pointer (a segfault before).
+    from tests.conftest import run_python
+
+    script = """
+import threading, time
+import torch, torch_fl
+from torch_fl import routing
+op = "aten::neg"
+def kernel(x):
+    return torch.neg(x)
+routing.register_python_kernel(op, kernel)
+routing.set_route(op, "flagos_python")
+x = torch.randn(16, device="flagos")
+stop, seen = False, set()
+def call():
+    while not stop:
+        try:
+            torch.testing.assert_close(torch.neg(x).cpu(), -x.cpu())
+        except NotImplementedError as e:
+            assert "no Python kernel is registered" in str(e), e
+            seen.add("unregistered")
+def toggle():
+    while not stop:
+        routing.register_python_kernel(op, None)
+        routing.register_python_kernel(op, kernel)
+threads = [threading.Thread(target=call) for _ in range(2)] + [threading.Thread(target=toggle)]
+for t in threads:
+    t.start()
+time.sleep(1.5)
+stop = True
+for t in threads:
+    t.join()
+print("done", sorted(seen))
+"""
+    result = run_python(script, timeout=120)
+    assert result.returncode == 0 and "done" in result.stdout, (result.returncode, result.stderr)

@@ -4,6 +4,7 @@
 #include "aten/nested/nested_kernels.h"
 #include "aten/sparse/sparse_kernels.h"
 #include "runtime/accelerator.h"
+#include "runtime/fork_safe_mutex.h"
 #include "runtime/graph_capture.h"
 
 #include <ATen/record_function.h>
@@ -127,7 +128,7 @@ class Listener final : public c10::OpRegistrationListener {
 };
 
 struct State {
-  std::mutex mu;
+  ForkSafeMutex mu;
   bool loaded = false;
   std::string path;
   std::string origin;
@@ -243,8 +244,10 @@ class Cache {
     ++used_;
   }
 
+  // Left empty, not dangling: a routed call later in this thread's exit (another thread-local's
+  // destructor) finds nothing and refills it.
   ~Cache() {
-    delete[] slots_;
+    clear();
   }
 
  private:
@@ -298,10 +301,9 @@ class Cache {
 thread_local Cache t_cache;
 
 // Recomputes the route the fast kernels serve from the gates that force the boxed path.
-// Called after every change of a gate; the lock makes the last caller read the last values.
+// Called after every change of a gate, with the state's lock held: the last caller reads the
+// last values.
 void update_fast_route() {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
   const auto route = alias_route();
   const bool blocked = g_log.load(std::memory_order_relaxed) != 0 ||
                        g_force_copy.load(std::memory_order_relaxed) || !route.has_value();
@@ -315,7 +317,7 @@ OpEntry& lookup(const c10::OperatorHandle& op) {
     return *e;
   }
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   OpEntry& e = s.entry(op);
   t_cache.insert(key, &e);
   return e;
@@ -721,7 +723,7 @@ const char* route_event_name(Route route) {
 
 OpEntry& entry_of(const c10::OperatorHandle& op) {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   return s.entry(op);
 }
 
@@ -881,7 +883,7 @@ void load(const std::string& path, const std::string& origin) {
   }
 
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   install_table(s, std::move(table), path, origin);
   s.env = std::move(env);
   g_log.store(log, std::memory_order_relaxed);
@@ -895,7 +897,7 @@ void load(const std::string& path, const std::string& origin) {
 void load_table(const std::string& path, const std::string& origin) {
   Table table = read_table(path); // errors leave the table in force untouched
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   install_table(s, std::move(table), path, origin);
   for (auto* e : s.all) {
     s.resolve(*e);
@@ -906,7 +908,7 @@ OpEntry& entry_by_name(const std::string& name) {
   const auto canonical = resolve_name(name, "torch_fl.routing");
   auto op = find_op(canonical);
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   return s.entry(*op);
 }
 
@@ -918,7 +920,7 @@ void set_override(const std::string& op, const std::optional<std::string>& route
   }
   OpEntry& e = entry_by_name(canonical);
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   if (r) {
     s.api[canonical] = *r;
   } else {
@@ -951,7 +953,7 @@ std::string route_for(
 std::optional<std::string> get_override(const std::string& op) {
   const auto canonical = resolve_name(op, "torch_fl.routing");
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   if (auto it = s.api.find(canonical); it != s.api.end()) {
     return route_name(it->second);
   }
@@ -961,7 +963,7 @@ std::optional<std::string> get_override(const std::string& op) {
 RouteInfo describe(const std::string& op) {
   OpEntry& e = entry_by_name(op);
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   RouteInfo info;
   info.route = route_name(static_cast<Route>(e.plain_route.load()));
   if (const SizeRules* rules = e.size_rules.load()) {
@@ -988,7 +990,7 @@ RouteInfo describe(const std::string& op) {
 
 TableInfo table_info() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   TableInfo info;
   info.path = s.path;
   info.origin = s.origin;
@@ -1015,7 +1017,7 @@ TableInfo table_info() {
 
 std::map<std::string, std::map<std::string, uint64_t>> stats() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   std::map<std::string, std::map<std::string, uint64_t>> out;
   for (auto* e : s.all) {
     for (size_t i = 0; i < kNumRoutes; ++i) {
@@ -1029,7 +1031,7 @@ std::map<std::string, std::map<std::string, uint64_t>> stats() {
 
 void reset_stats() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   for (auto* e : s.all) {
     for (auto& c : e->calls) {
       c.store(0, std::memory_order_relaxed);
@@ -1046,6 +1048,7 @@ bool strict() {
 }
 
 void set_log_flags(uint32_t flags) {
+  std::lock_guard lock(state().mu);
   g_log.store(flags, std::memory_order_relaxed);
   update_fast_route();
 }
@@ -1055,6 +1058,7 @@ uint32_t log_flags() {
 }
 
 void set_force_copy_fallback(bool force) {
+  std::lock_guard lock(state().mu);
   g_force_copy.store(force, std::memory_order_relaxed);
   update_fast_route();
 }
@@ -1072,7 +1076,7 @@ std::vector<std::string> routed_operators() {
 std::map<std::string, uint64_t> route_counts() {
   const auto ops = routed_operators();
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   std::map<std::string, uint64_t> out;
   for (const auto& op : ops) {
     out[route_name(s.resolve(op).route)] += 1;
@@ -1082,7 +1086,7 @@ std::map<std::string, uint64_t> route_counts() {
 
 std::vector<OpEntry*> entries() {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard lock(s.mu);
   return s.all;
 }
 
