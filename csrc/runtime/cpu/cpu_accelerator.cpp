@@ -125,8 +125,10 @@ class CpuAccelerator final : public Accelerator {
 } // namespace
 
 Accelerator& accelerator() {
-  static CpuAccelerator instance;
-  return instance;
+  // Never destroyed: threads torch does not join (autograd's, a collective's) may still free
+  // device memory while the process exits.
+  static auto* instance = new CpuAccelerator();
+  return *instance;
 }
 
 } // namespace torch_fl

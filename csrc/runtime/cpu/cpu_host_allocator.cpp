@@ -45,8 +45,8 @@ CpuHostAllocator::CpuHostAllocator() {
 }
 
 CpuHostAllocator& host_allocator() {
-  static CpuHostAllocator instance;
-  return instance;
+  static auto* instance = new CpuHostAllocator(); // never destroyed, as the accelerator
+  return *instance;
 }
 
 c10::DataPtr CpuHostAllocator::allocate(size_t nbytes) {

@@ -106,8 +106,10 @@ class CudaAccelerator final : public Accelerator {
 } // namespace
 
 Accelerator& accelerator() {
-  static CudaAccelerator instance;
-  return instance;
+  // Never destroyed: threads torch does not join (autograd's, a collective's) may still free
+  // device memory while the process exits.
+  static auto* instance = new CudaAccelerator();
+  return *instance;
 }
 
 } // namespace torch_fl
