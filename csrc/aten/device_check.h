@@ -43,13 +43,14 @@ class DeviceCheck {
     if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
       if (index_ < 0) {
         index_ = device.index();
-      } else if (C10_UNLIKELY(device.index() != index_)) {
+      } else if (C10_UNLIKELY(device.index() != index_) && !is_host_read_value(t, arg)) {
         fail(device, arg);
       }
       return;
     }
     if (device.type() == c10::DeviceType::CPU &&
-        (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg))) {
+        (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) ||
+         is_filled_from_a_device_value(arg))) {
       return;
     }
     if (!stray_) {
@@ -90,6 +91,23 @@ class DeviceCheck {
     const auto& args = op_.schema().arguments();
     return arg < args.size() && args[arg].name() == "scalars" &&
            op_.schema().name().rfind("aten::_foreach_", 0) == 0;
+  }
+
+  // The kernels of fill_.Tensor and masked_fill_.Tensor read their 0-dim `value` on the host
+  // (.item()) wherever it is, so on CUDA it may sit on another GPU; so on flagos.
+  C10_NOINLINE bool is_host_read_value(const at::Tensor& t, uint16_t arg) const {
+    const auto& args = op_.schema().arguments();
+    const auto& name = op_.schema().operator_name();
+    return t.dim() == 0 && arg < args.size() && args[arg].name() == "value" &&
+           name.overload_name == "Tensor" &&
+           (name.name == "aten::fill_" || name.name == "aten::masked_fill_");
+  }
+
+  // `cpu_tensor.fill_(flagos_scalar)` comes here (the flagos value picks the kernel); a CUDA
+  // kernel fills a cpu tensor from a CUDA scalar's value, so does this one.
+  C10_NOINLINE bool is_filled_from_a_device_value(uint16_t arg) const {
+    const auto& name = op_.schema().operator_name();
+    return arg == 0 && name.name == "aten::fill_" && name.overload_name == "Tensor";
   }
 
   [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {

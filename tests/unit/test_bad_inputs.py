@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torch_fl
+
 F = torch.flagos
 
 
@@ -162,6 +164,31 @@ def test_a_zero_dim_cpu_tensor_is_not_written_by_a_flagos_operator(name: str) ->
     with pytest.raises(RuntimeError, match="same device.*flagos:0 and cpu"):
         WRITES_A_ZERO_DIM_CPU_TENSOR[name](torch.ones(2, device="flagos"), written)
     assert written.shape == () and float(written) == 7.0
+
+
+@pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("path", ["fast", "boxed copying"])
+def test_fill_values_are_read_from_any_device_as_cuda_reads_them(path: str) -> None:
+    # fill_.Tensor and masked_fill_.Tensor read their 0-dim value with .item(), so CUDA takes
+    # it from another GPU (and fills a cpu tensor from a GPU scalar); other operators refuse.
+    # The copying fallback (a device accelerator's cpu_fallback) takes the boxed router.
+    torch_fl._C._routing_set_force_copy_fallback(path != "fast")
+    try:
+        value = torch.tensor(2.5, device="flagos:1")
+        mask_cpu = torch.tensor([True, False, True])
+        filled = torch.zeros(3, device="flagos:0").fill_(value)
+        masked = torch.zeros(3, device="flagos:0").masked_fill_(mask_cpu.to("flagos:0"), value)
+        cpu_filled = torch.zeros(3).fill_(value)
+        assert filled.device == torch.device("flagos", 0) and cpu_filled.device.type == "cpu"
+        torch.testing.assert_close(filled.cpu(), torch.full((3,), 2.5))
+        torch.testing.assert_close(cpu_filled, torch.full((3,), 2.5))
+        torch.testing.assert_close(masked.cpu(), torch.zeros(3).masked_fill_(mask_cpu, 2.5))
+        with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
+            torch.zeros(3, device="flagos:0").add_(value)
+        with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
+            torch.zeros(3, device="flagos:0").fill_(torch.ones(1, device="flagos:1"))
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
 
 
 def test_cpu_index_tensor_allowed_for_flagos_indexing() -> None:
