@@ -75,5 +75,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #endif
 }
 
+// Also answered above autograd, where CPU and CUDA answer it (the CompositeImplicitAutograd
+// kernel): with a PrivateUse1 kernel alone, AutogradPrivateUse1 falls through and dispatch modes
+// and make_fx would see the query as an operator call (`param.data = t` under SchemaCheckMode).
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(native::has_compatible_shallow_copy_type));
+}
+
 } // namespace
 } // namespace torch_fl

@@ -190,3 +190,41 @@ def test_attention_double_backward_behaves_as_on_cpu():
         except RuntimeError as err:
             outcomes.append(str(err).splitlines()[0])
     assert outcomes[0] == outcomes[1]
+
+
+def test_setting_data_is_not_an_operator_call_under_modes_or_make_fx():
+    # `param.data = t` asks _has_compatible_shallow_copy_type, which CPU and CUDA answer above
+    # autograd: a dispatch mode must not see it (SchemaCheckMode failed on it), nor a make_fx
+    # graph record it, on flagos as on cpu.
+    from torch._subclasses.schema_check_mode import SchemaCheckMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def set_data(x, y):
+        z = x.clone()
+        z.data = y
+        return z * 2
+
+    seen: dict[str, list[str]] = {}
+    graphs: dict[str, str] = {}
+    for device in ("cpu", "flagos"):
+        p = torch.nn.Parameter(torch.ones(2, device=device))
+        with SchemaCheckMode():
+            p.data = torch.zeros(2, device=device)
+        assert p.device.type == device and float(p.sum()) == 0.0
+        with Seen() as mode:
+            torch.nn.Linear(2, 2).to(device)
+        seen[device] = mode.ops
+        x, y = torch.ones(3, device=device), torch.full((3,), 2.0, device=device)
+        graphs[device] = make_fx(set_data)(x, y).code
+    assert not any("shallow_copy" in op for op in seen["flagos"]), seen["flagos"]
+    assert "shallow_copy" not in graphs["flagos"], graphs["flagos"]
+    assert graphs["flagos"].replace("flagos", "cpu") == graphs["cpu"].replace("flagos", "cpu")
