@@ -4,11 +4,37 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
 namespace torch_fl {
 namespace {
-// Captures may nest across graphs on one thread only in the sense of begin/end pairs; a depth
-// keeps a failed inner end from clearing an outer capture.
-thread_local int capture_depth = 0;
+
+// The streams this thread began capturing, innermost last. Captures nest only as begin/end
+// pairs, and an end without a begin (a failed end of another graph) must not clear one.
+thread_local std::vector<c10::Stream> t_captures;
+
+// Every thread's capturing streams: work queued on one of them from another thread (the
+// autograd engine's device thread runs a captured backward on the forward's stream) is captured
+// too, so what cannot be captured must be refused there as well.
+struct CapturingStreams {
+  std::atomic<int> count{0}; // read first: no lock on the common path, when nothing captures
+  std::mutex mutex;
+  std::vector<c10::Stream> streams;
+};
+
+CapturingStreams& capturing_streams() {
+  static auto* streams = new CapturingStreams(); // never destroyed: captures may end at exit
+  return *streams;
+}
+
+c10::Stream current_stream() {
+  const auto& guard = accelerator().guard();
+  return guard.getStream(guard.getDevice());
+}
+
 } // namespace
 
 void check_graph_capture_supported(const char* what) {
@@ -23,17 +49,45 @@ void check_graph_capture_supported(const char* what) {
 }
 
 void note_capture_begin() {
-  ++capture_depth;
+  const c10::Stream stream = current_stream();
+  auto& all = capturing_streams();
+  std::lock_guard lock(all.mutex);
+  t_captures.push_back(stream);
+  all.streams.push_back(stream);
+  all.count.fetch_add(1, std::memory_order_release);
 }
 
 void note_capture_end() {
-  if (capture_depth > 0) {
-    --capture_depth;
+  if (t_captures.empty()) {
+    return;
   }
+  auto& all = capturing_streams();
+  std::lock_guard lock(all.mutex);
+  const auto it = std::find(all.streams.begin(), all.streams.end(), t_captures.back());
+  if (it != all.streams.end()) {
+    all.streams.erase(it);
+    all.count.fetch_sub(1, std::memory_order_release);
+  }
+  t_captures.pop_back();
 }
 
 bool capturing_on_this_thread() {
-  return capture_depth > 0;
+  return !t_captures.empty();
+}
+
+bool is_capturing_stream(const c10::Stream& stream) {
+  auto& all = capturing_streams();
+  if (all.count.load(std::memory_order_acquire) == 0) {
+    return false;
+  }
+  std::lock_guard lock(all.mutex);
+  return std::find(all.streams.begin(), all.streams.end(), stream) != all.streams.end();
+}
+
+bool current_stream_is_capturing() {
+  return capturing_on_this_thread() ||
+         (capturing_streams().count.load(std::memory_order_acquire) != 0 &&
+          is_capturing_stream(current_stream()));
 }
 
 } // namespace torch_fl

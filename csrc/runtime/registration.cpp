@@ -81,11 +81,11 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* a, void* b, const c10::DeviceIndex i) const override {
     return impl().elapsedTime(a, b, i);
   }
-  // torch.Stream.is_capturing(): a flagos capture records the calling thread's current stream
-  // (graph_capture.h). No `override`: the interface gained this virtual in torch 2.12
+  // torch.Stream.is_capturing(): a flagos capture records the current stream of the thread that
+  // began it (graph_capture.h). No `override`: the interface gained this virtual in torch 2.12
   // (pytorch#171443), and against older torch the same source makes it a plain method.
   bool isStreamCapturing(const c10::Stream& s) const { // NOLINT(modernize-use-override)
-    return capturing_on_this_thread() && impl().getStream(s.device()) == s;
+    return is_capturing_stream(s);
   }
   // torch.accelerator.get_device_capability(): every accelerator runs every dtype (the cpu one on
   // CPU kernels, the device ones on the vendor's), which is what the default reports.

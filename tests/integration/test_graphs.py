@@ -322,6 +322,39 @@ def test_copying_fallback_inside_a_capture_names_the_operator() -> None:
     torch.testing.assert_close(torch.exp(x).cpu(), torch.exp(x.cpu()))
 
 
+def test_copying_fallback_on_another_thread_using_the_capturing_stream_is_refused() -> None:
+    """Work another thread queues on a capturing stream (the autograd engine's thread in a
+    captured backward) is captured too: the copying fallback is refused there, and only there."""
+    x = torch.randn(8, device="flagos")
+    side = torch.flagos.Stream()
+    results: dict[str, str] = {}
+
+    def call(name: str, stream: torch.Stream) -> None:
+        with torch.flagos.stream(stream):
+            try:
+                torch.exp(x)
+                results[name] = "ran"
+            except RuntimeError as e:
+                results[name] = str(e)
+
+    torch_fl._C._routing_set_force_copy_fallback(True)
+    try:
+        with torch_fl.routing.route("aten::exp", "cpu_fallback"), torch.flagos.stream(side):
+            torch_fl._C._note_capture_begin()
+            try:
+                for name, stream in (("capturing", side), ("other", torch.flagos.Stream())):
+                    worker = threading.Thread(target=call, args=(name, stream))
+                    worker.start()
+                    worker.join()
+            finally:
+                torch_fl._C._note_capture_end()
+        call("after", side)
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
+    assert "aten::exp runs on cpu_fallback" in results["capturing"], results
+    assert results["other"] == "ran" and results["after"] == "ran", results
+
+
 # ---- the cuda accelerator: CUDA graphs of flagos work ----
 
 
@@ -518,6 +551,22 @@ class TestCudaGraphs:
         torch.flagos.synchronize()
         torch.testing.assert_close(y.cpu(), x.cpu() * 2)
         assert not torch_fl._C._capturing_on_this_thread()
+
+    def test_cpu_fallback_in_a_captured_backward_is_refused_on_the_autograd_thread(self) -> None:
+        # The backward of a captured forward runs on the autograd engine's device thread, on
+        # the capturing stream; a host-copying call there must be refused as on the capturing
+        # thread (named), not break the capture inside the CUDA runtime.
+        x = torch.randn(64, device="flagos", requires_grad=True)
+        g = torch.flagos.FlagOSGraph()
+        with torch_fl.routing.route("aten::threshold_backward", "cpu_fallback"):
+            with pytest.raises(RuntimeError, match="aten::threshold_backward runs on cpu_fallback"):
+                with torch.flagos.graph(g):
+                    torch.relu(x * 2).sum().backward()
+        assert not torch_fl._C._capturing_on_this_thread()
+        assert not torch.flagos.is_current_stream_capturing()
+        y = torch.relu(x * 2).sum()  # eager work is unaffected afterwards
+        y.backward()
+        torch.testing.assert_close(x.grad.cpu(), (x.detach().cpu() > 0).float() * 2)
 
     def test_make_graphed_callables_trains_like_cuda(self, python_subprocess) -> None:
         """Training through graphed callables gives the losses the same training gives on cuda.

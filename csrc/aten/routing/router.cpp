@@ -353,7 +353,7 @@ void check_copy_fallback(OpEntry& e) {
   // Host copies synchronise with the device, which a stream capture forbids: say which operator
   // broke the capture rather than let the native runtime invalidate it.
   TORCH_CHECK(
-      !capturing_on_this_thread(),
+      !current_stream_is_capturing(),
       e.name,
       " runs on cpu_fallback (its arguments copied to host memory and back), which a graph "
       "cannot capture. Route it to a device implementation (",
