@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
 import torch
@@ -62,6 +63,11 @@ def register_python_side(name: str, device_module: ModuleType) -> None:
     if getattr(torch, name, None) is device_module:
         return
     torch._register_device_module(name, device_module)
+    # torch registers the module alone; `import torch.flagos.amp` (as `import torch.cuda.amp`)
+    # must then find the submodules already loaded, not load their files again under a second
+    # name (whose classes would differ from the ones torch.flagos holds).
+    for sub in ("memory", "amp", "graphs"):
+        sys.modules.setdefault(f"torch.{name}.{sub}", getattr(device_module, sub))
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

@@ -252,6 +252,21 @@ def test_graph_context_wants_a_flagos_graph() -> None:
         torch.flagos.graph(object())
 
 
+@host_only
+def test_graph_takes_torch_cuda_graph_s_keywords() -> None:
+    g = torch.flagos.FlagOSGraph()
+    x = torch.ones(3, device="flagos")
+    with torch.flagos.graph(cuda_graph=g, capture_error_mode="global"):
+        y = x * 2
+    x.fill_(4.0)
+    g.replay()
+    assert y.cpu().tolist() == [8.0] * 3
+    with pytest.raises(TypeError, match="takes one FlagOSGraph"):
+        torch.flagos.graph(g, cuda_graph=g)
+    with pytest.raises(NotImplementedError, match="check_input_liveness"):
+        torch.flagos.graph(g, check_input_liveness=True)
+
+
 def test_capture_flag_is_per_thread() -> None:
     seen: list[bool] = []
     torch_fl._C._note_capture_begin()

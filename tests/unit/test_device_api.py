@@ -428,7 +428,9 @@ def test_memory_summary_tabulates_the_allocator_statistics() -> None:
 def test_out_of_memory_raises_torchs_error() -> None:
     assert torch.flagos.OutOfMemoryError is torch.OutOfMemoryError
     before = torch.flagos.memory_stats(0)["num_ooms"]
-    with pytest.raises(torch.flagos.OutOfMemoryError, match="out of memory"):
+    # " out of memory." as in CUDA's message: batch-size finders (accelerate's
+    # find_executable_batch_size, transformers' auto_find_batch_size) look for it.
+    with pytest.raises(torch.flagos.OutOfMemoryError, match=" out of memory\\. Tried"):
         # 1 PiB: more than any device has, less than the 1 EiB CUDA's pool refuses before it
         # counts an OOM.
         torch.empty(1 << 50, dtype=torch.uint8, device="flagos:0")
@@ -522,7 +524,7 @@ def test_a_retry_after_a_refusal_counts_and_frees_only_its_devices_cache() -> No
         assert held.numel() == 30 * mib
         assert torch.flagos.memory_stats(0)["num_alloc_retries"] == retries + 1
         assert torch.flagos.memory_reserved(1) == other_reserved
-        with pytest.raises(torch.OutOfMemoryError, match=r"tried to allocate 64\.00 MiB") as oom:
+        with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 64\.00 MiB") as oom:
             torch.empty(64 * mib, dtype=torch.uint8, device="flagos:0")
         assert "may reserve 40.00 MiB" in str(oom.value)
         assert "raise the fraction" in str(oom.value)
@@ -687,3 +689,89 @@ def test_device_named_custom_fwd_and_bwd() -> None:
 def test_torch_cuda_submodule_names_are_there() -> None:
     assert torch.flagos.memory.list_gpu_processes is torch.flagos.list_gpu_processes
     assert torch.flagos.graphs.is_current_stream_capturing() is False
+
+
+def test_submodules_import_as_torch_cuda_s_do() -> None:
+    # `import torch.cuda.amp` / `.memory` / `.graphs` are real submodules; ported imports must
+    # find the modules torch.flagos holds, not load second copies with other classes.
+    import importlib
+
+    for sub in ("memory", "amp", "graphs"):
+        module = importlib.import_module(f"torch.flagos.{sub}")
+        assert module is getattr(torch.flagos, sub)
+    from torch.flagos.amp import GradScaler
+    from torch.flagos.graphs import FlagOSGraph
+    from torch.flagos.memory import memory_allocated
+
+    assert GradScaler is torch.flagos.amp.GradScaler
+    assert FlagOSGraph is torch.flagos.FlagOSGraph
+    assert memory_allocated is torch.flagos.memory_allocated
+
+
+# The fields of torch.cuda.get_device_properties (torch._C._CudaDeviceProperties).
+CUDA_PROPERTY_FIELDS = (
+    "name major minor multi_processor_count total_memory is_integrated is_multi_gpu_board "
+    "max_threads_per_multi_processor gcnArchName warp_size uuid L2_cache_size clock_rate "
+    "memory_clock_rate memory_bus_width shared_memory_per_block shared_memory_per_multiprocessor"
+).split()
+
+
+def test_device_properties_have_every_field_cuda_reports() -> None:
+    props = torch.flagos.get_device_properties(0)
+    missing = [f for f in CUDA_PROPERTY_FIELDS if not hasattr(props, f)]
+    assert missing == []
+    assert props.total_memory == torch.flagos.mem_get_info(0)[1]
+    assert props.name == torch.flagos.get_device_name(0)
+
+
+def test_float32_autocast_is_enabled_as_on_cuda() -> None:
+    # torch.autocast("cuda", dtype=torch.float32) runs the fp32 policy; torch disables (with a
+    # warning) autocast for a device whose supported dtypes lack the one asked for.
+    import warnings
+
+    half = torch.randn(4, 8, device="flagos", dtype=torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("flagos", dtype=torch.float32):
+            assert torch.is_autocast_enabled("flagos")
+            assert torch.mm(half, half.t()).dtype == torch.float32
+            assert torch.softmax(half, -1).dtype == torch.float32
+
+
+def test_stream_methods_take_keywords_as_torch_cuda_streams_do() -> None:
+    side, other = torch.flagos.Stream(), torch.flagos.Stream()
+    x = torch.ones(4, device="flagos")
+    with torch.flagos.stream(other):
+        y = x * 3
+    side.wait_stream(stream=other)
+    event = other.record_event(event=torch.flagos.Event())
+    side.wait_event(event=event)
+    with torch.flagos.stream(side):
+        z = y + 1
+    torch.flagos.synchronize()
+    assert z.cpu().tolist() == [4.0] * 4
+
+
+def test_oom_is_recognised_by_batch_size_finders() -> None:
+    # accelerate's find_executable_batch_size (and transformers' auto_find_batch_size) halves
+    # the batch on an error it recognises as out of memory.
+    memory = pytest.importorskip("accelerate.utils.memory")
+    total = torch.flagos.mem_get_info(0)[1]
+    mib = 1 << 20
+    tried: list[int] = []
+    torch.flagos.set_per_process_memory_fraction(64 * mib / total, 0)
+    try:
+
+        @memory.find_executable_batch_size(starting_batch_size=64)
+        def run(batch_size: int) -> int:
+            tried.append(batch_size)
+            torch.empty(batch_size * 4 * mib, dtype=torch.uint8, device="flagos:0")
+            return batch_size
+
+        found = run()
+    finally:
+        torch.flagos.set_per_process_memory_fraction(1.0, 0)
+    # It retried smaller batches until one fit under the limit (how much smaller each time is
+    # accelerate's choice).
+    assert tried[0] == 64 and len(tried) > 1 and found == tried[-1]
+    assert found * 4 * mib <= 64 * mib and tried == sorted(tried, reverse=True)

@@ -38,6 +38,17 @@ class Stream(torch.Stream):
             raise ValueError(f"torch.flagos.Stream: the fields describe a {stream.device} stream")
         return stream
 
+    # torch.Stream's methods take positional arguments only; torch.cuda.Stream's also take
+    # them by name (`s.wait_stream(stream=other)`), so these do too.
+    def wait_stream(self, stream: torch.Stream) -> None:
+        super().wait_stream(stream)
+
+    def wait_event(self, event: torch.Event) -> None:
+        super().wait_event(event)
+
+    def record_event(self, event: torch.Event | None = None) -> torch.Event:
+        return super().record_event(event)
+
     @property
     def priority(self) -> int:
         """The stream's priority, as torch.cuda.Stream.priority (lower runs first; requests

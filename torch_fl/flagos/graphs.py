@@ -134,11 +134,27 @@ class graph:  # noqa: N801 (named as torch.cuda.graph)
 
     def __init__(
         self,
-        flagos_graph: FlagOSGraph,
+        flagos_graph: FlagOSGraph | None = None,
         pool: PoolHandle | None = None,
         stream: Stream | None = None,
         capture_error_mode: str = "global",
+        enable_annotations: bool = False,
+        check_input_liveness: bool = False,
+        *,
+        cuda_graph: FlagOSGraph | None = None,
     ) -> None:
+        # torch.cuda.graph's keyword names are accepted, so `graph(cuda_graph=g)` ports as is.
+        if (flagos_graph is None) == (cuda_graph is None):
+            raise TypeError(
+                "torch.flagos.graph takes one FlagOSGraph (positional, flagos_graph= or "
+                "cuda_graph=)"
+            )
+        flagos_graph = flagos_graph if flagos_graph is not None else cuda_graph
+        if enable_annotations or check_input_liveness:
+            raise NotImplementedError(
+                "torch.flagos.graph: enable_annotations and check_input_liveness (CUDA graph "
+                "debugging aids) are not supported for flagos graphs; leave them False"
+            )
         if not isinstance(flagos_graph, FlagOSGraph):
             raise TypeError(
                 f"torch.flagos.graph expects a torch.flagos.FlagOSGraph, got "

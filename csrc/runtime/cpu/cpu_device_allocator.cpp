@@ -318,11 +318,13 @@ void CpuDeviceAllocator::raise_out_of_memory(
   TORCH_CHECK_WITH(
       OutOfMemoryError,
       false,
-      "flagos:",
-      static_cast<int>(device),
-      " out of memory: tried to allocate ",
+      // Worded as CUDA's ("CUDA out of memory. Tried to allocate"): batch-size finders
+      // (accelerate's, transformers' auto_find_batch_size) look for " out of memory.".
+      "flagos out of memory. Tried to allocate ",
       format_bytes(static_cast<double>(nbytes)),
-      ". The device (host memory on the cpu accelerator) has ",
+      ". flagos:",
+      static_cast<int>(device),
+      " (host memory on the cpu accelerator) has ",
       format_bytes(total),
       limit,
       ". Of its memory ",
