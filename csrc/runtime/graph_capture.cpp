@@ -1,12 +1,12 @@
 #include "runtime/graph_capture.h"
 
 #include "runtime/accelerator.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <vector>
 
 namespace torch_fl {
@@ -21,7 +21,7 @@ thread_local std::vector<c10::Stream> t_captures;
 // too, so what cannot be captured must be refused there as well.
 struct CapturingStreams {
   std::atomic<int> count{0}; // read first: no lock on the common path, when nothing captures
-  std::mutex mutex;
+  ForkSafeMutex mutex;
   std::vector<c10::Stream> streams;
 };
 
