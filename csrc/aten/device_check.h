@@ -7,7 +7,8 @@
 //
 // Finds the flagos device of the call and rejects mixed devices the way native backends do:
 // only 0-dim CPU tensors that are read (and CPU index tensors in Tensor?[] arguments) may join
-// flagos ones.
+// flagos ones; the 0-dim `value` of fill_ and masked_fill_, which CUDA's kernels read with
+// .item(), may sit anywhere.
 
 #include "runtime/accelerator.h"
 

@@ -31,7 +31,8 @@ at::Tensor as_world_blocks(
   return world_tensor.view(shape);
 }
 
-ForkSafeMutex part_factory_mutex;
+ForkSafeMutex& part_factory_mutex =
+    *new ForkSafeMutex(); // never destroyed: groups may split at exit
 ProcessGroupFlagOS::PartFactory& part_factory() {
   static ProcessGroupFlagOS::PartFactory factory;
   return factory;

@@ -128,7 +128,8 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
   DeviceScope scope(call.index);
   {
     py::gil_scoped_acquire gil;
-    // Unregistering takes the GIL too, so the kernel read here stays alive for the call.
+    // Unregistering takes the GIL too, so the kernel read here stays alive for the call (not
+    // so on a free-threaded Python, which this route does not yet guard).
     auto fn = py::reinterpret_borrow<py::object>(require_python_kernel(e));
     const auto& args = schema.arguments();
     const size_t begin = stack->size() - args.size();

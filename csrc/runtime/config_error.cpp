@@ -6,9 +6,12 @@
 
 namespace torch_fl {
 namespace {
+// Made on first use (which the import's configuration check makes, before any other lock is
+// taken; a static made at load could be used by another file's load-time code before it
+// exists). Never destroyed: read at any time.
 ForkSafeMutex& error_mutex() {
-  static ForkSafeMutex m;
-  return m;
+  static auto* m = new ForkSafeMutex();
+  return *m;
 }
 std::string& error_text() {
   static std::string text;

@@ -12,7 +12,9 @@ namespace torch_fl {
 // run flagos operators). Every ForkSafeMutex is taken before a fork and released on both sides,
 // as glibc's malloc does for its arenas: the child finds each one free and what it guards
 // consistent. They are taken in the order they were made, so code must never wait for one while
-// holding another (none of torch_fl's does).
+// holding another (none of torch_fl's does), nor make one while holding another (making one
+// takes the registry's lock, which a fork holds while it takes them all): make them when the
+// library loads, or where no other is held.
 class FLAGOS_API ForkSafeMutex {
  public:
   ForkSafeMutex();

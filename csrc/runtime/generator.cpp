@@ -78,8 +78,8 @@ FlagosGenerator* FlagosGenerator::clone_impl() const {
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
   // Stable addresses; never destroyed, as the accelerator whose generators they wrap.
-  static auto& mutex = *new ForkSafeMutex();
   static auto& generators = *new std::deque<std::unique_ptr<at::Generator>>();
+  static auto& mutex = *new ForkSafeMutex(); // first made by a random operator: no lock held
   index = resolve_device_index(index);
   std::lock_guard lock(mutex);
   if (generators.size() <= static_cast<size_t>(index)) {

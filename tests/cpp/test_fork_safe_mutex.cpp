@@ -13,6 +13,7 @@
 namespace {
 
 TEST(ForkSafeMutex, AChildForkedWhileAnotherThreadHoldsItFindsItFree) {
+  alarm(10); // a hang fails the test
   torch_fl::ForkSafeMutex mutex;
   std::atomic<bool> held{false};
   std::thread holder([&] {
@@ -34,12 +35,15 @@ TEST(ForkSafeMutex, AChildForkedWhileAnotherThreadHoldsItFindsItFree) {
   holder.join();
   EXPECT_TRUE(mutex.try_lock()); // and free in the parent too
   mutex.unlock();
+  alarm(0);
 }
 
 TEST(ForkSafeMutex, OneDestroyedBeforeAForkIsNotTouchedByIt) {
-  {
-    torch_fl::ForkSafeMutex gone;
-  }
+  alarm(10); // a fork handler still locking the destroyed one could hang: fail instead
+  auto* gone = new torch_fl::ForkSafeMutex();
+  gone->lock(); // were it still registered, the handler would wait on it forever
+  gone->unlock();
+  delete gone;
   torch_fl::ForkSafeMutex kept;
   const pid_t pid = fork();
   if (pid == 0) {
@@ -48,6 +52,7 @@ TEST(ForkSafeMutex, OneDestroyedBeforeAForkIsNotTouchedByIt) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+  alarm(0);
 }
 
 } // namespace

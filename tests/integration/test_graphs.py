@@ -363,7 +363,7 @@ def test_copying_fallback_on_another_thread_using_the_capturing_stream_is_refuse
                     worker.join()
             finally:
                 torch_fl._C._note_capture_end()
-        call("after", side)
+            call("after", side)  # still on cpu_fallback: nothing left marked
     finally:
         torch_fl._C._routing_set_force_copy_fallback(False)
     assert "aten::exp runs on cpu_fallback" in results["capturing"], results

@@ -14,7 +14,7 @@ from torch_fl.flagos._device import DeviceLike, device_index
 @dataclass(frozen=True)
 class DeviceProperties:
     """A cpu-accelerator device as torch.cuda describes a GPU (every field CUDA's record has, so
-    code reading one runs): host memory, one processor, no GPU cache or clocks to report."""
+    code reading one runs): host memory and the host's cores, no GPU cache or clocks to report."""
 
     name: str
     major: int

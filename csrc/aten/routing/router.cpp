@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -216,6 +217,11 @@ State& state() {
 
 // Thread-local map from the dispatcher's operator to its entry: open addressing on the
 // OperatorName's address, which is stable for as long as the operator is registered.
+//
+// Plain data (trivially destructible, as the alias pool): its storage outlives the thread's
+// other thread-locals, so a routed call made from one of their destructors finds it valid. A
+// second thread-local, touched when the table is first allocated, frees the table at thread
+// exit and leaves the cache empty (a later call there refills it, and that table is leaked).
 class Cache {
  public:
   OpEntry* find(const void* key) {
@@ -244,10 +250,12 @@ class Cache {
     ++used_;
   }
 
-  // Left empty, not dangling: a routed call later in this thread's exit (another thread-local's
-  // destructor) finds nothing and refills it.
-  ~Cache() {
-    clear();
+  void clear() {
+    delete[] slots_;
+    slots_ = nullptr;
+    used_ = 0;
+    mask_ = 0;
+    epoch_ = g_epoch.load(std::memory_order_acquire);
   }
 
  private:
@@ -270,35 +278,42 @@ class Cache {
     slots_[i] = Slot{key, entry};
   }
 
-  void grow() {
-    const size_t old_size = slots_ == nullptr ? 0 : mask_ + 1;
-    Slot* old = slots_;
-    const size_t size = old_size == 0 ? 256 : old_size * 2;
-    slots_ = new Slot[size];
-    mask_ = size - 1;
-    for (size_t i = 0; i < old_size; ++i) {
-      if (old[i].key != nullptr) {
-        place(old[i].key, old[i].entry);
-      }
-    }
-    delete[] old;
-  }
+  void grow();
 
-  void clear() {
-    delete[] slots_;
-    slots_ = nullptr;
-    used_ = 0;
-    mask_ = 0;
-    epoch_ = g_epoch.load(std::memory_order_acquire);
-  }
+  Slot* slots_;
+  size_t mask_;
+  size_t used_;
+  uint64_t epoch_;
+  bool cleanup_registered_;
+};
+static_assert(std::is_trivially_destructible_v<Cache>);
 
-  Slot* slots_ = nullptr;
-  size_t mask_ = 0;
-  size_t used_ = 0;
-  uint64_t epoch_ = 0;
+thread_local Cache t_cache{};
+
+struct CacheCleanup {
+  ~CacheCleanup() {
+    t_cache.clear();
+  }
 };
 
-thread_local Cache t_cache;
+void Cache::grow() {
+  if (C10_UNLIKELY(!cleanup_registered_)) {
+    static thread_local CacheCleanup cleanup; // registers its destructor for this thread
+    (void)cleanup;
+    cleanup_registered_ = true;
+  }
+  const size_t old_size = slots_ == nullptr ? 0 : mask_ + 1;
+  Slot* old = slots_;
+  const size_t size = old_size == 0 ? 256 : old_size * 2;
+  slots_ = new Slot[size];
+  mask_ = size - 1;
+  for (size_t i = 0; i < old_size; ++i) {
+    if (old[i].key != nullptr) {
+      place(old[i].key, old[i].entry);
+    }
+  }
+  delete[] old;
+}
 
 // Recomputes the route the fast kernels serve from the gates that force the boxed path.
 // Called after every change of a gate, with the state's lock held: the last caller reads the
