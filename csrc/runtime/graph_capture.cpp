@@ -85,9 +85,7 @@ bool is_capturing_stream(const c10::Stream& stream) {
 }
 
 bool current_stream_is_capturing() {
-  return capturing_on_this_thread() ||
-         (capturing_streams().count.load(std::memory_order_acquire) != 0 &&
-          is_capturing_stream(current_stream()));
+  return capturing_on_this_thread() || is_capturing_stream(current_stream());
 }
 
 } // namespace torch_fl
