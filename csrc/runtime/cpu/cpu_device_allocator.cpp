@@ -2,12 +2,12 @@
 
 #include "runtime/accelerator.h"
 #include "runtime/cpu/stat_update.h"
+#include "runtime/fork_safe_mutex.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -122,7 +122,9 @@ struct CpuDeviceAllocator::AdoptedBlock {
 };
 
 struct CpuDeviceAllocator::DeviceState {
-  mutable std::mutex mutex;
+  // Taken before a fork and released on both sides (fork_safe_mutex.h): a lock another thread
+  // held at fork would otherwise hang the child's first allocation on this device.
+  mutable ForkSafeMutex mutex;
   // Of getMemoryInfo's total, as torch.cuda's per-process limit. Atomic: adopting a kernel's
   // result reads it on every routed call without the lock.
   std::atomic<double> memory_fraction{1.0};
@@ -132,51 +134,13 @@ struct CpuDeviceAllocator::DeviceState {
   c10::CachingDeviceAllocator::DeviceStats stats;
 };
 
-namespace {
-// The process's allocator, for the fork handlers (there is one, the cpu accelerator's).
-std::atomic<CpuDeviceAllocator*> allocator_for_fork{nullptr};
-} // namespace
-
-// fork() copies only the calling thread: a device lock another thread held at that moment would
-// stay locked in the child, whose first allocation on that device would hang. As glibc's malloc
-// does for its arenas, the allocator takes every lock before fork and releases them on both
-// sides, so the child (which may use the cpu accelerator) starts with them free.
 CpuDeviceAllocator::CpuDeviceAllocator(c10::DeviceIndex device_count) {
   for (c10::DeviceIndex i = 0; i < device_count; ++i) {
     devices_.push_back(std::make_unique<DeviceState>());
   }
-  allocator_for_fork.store(this);
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const auto lock = [] {
-      if (auto* a = allocator_for_fork.load()) {
-        a->lock_all_devices();
-      }
-    };
-    const auto unlock = [] {
-      if (auto* a = allocator_for_fork.load()) {
-        a->unlock_all_devices();
-      }
-    };
-    pthread_atfork(lock, unlock, unlock);
-  });
 }
 
-CpuDeviceAllocator::~CpuDeviceAllocator() { // process exit: leave blocks to the OS
-  allocator_for_fork.store(nullptr);
-}
-
-void CpuDeviceAllocator::lock_all_devices() {
-  for (auto& device : devices_) {
-    device->mutex.lock();
-  }
-}
-
-void CpuDeviceAllocator::unlock_all_devices() {
-  for (auto it = devices_.rbegin(); it != devices_.rend(); ++it) {
-    (*it)->mutex.unlock();
-  }
-}
+CpuDeviceAllocator::~CpuDeviceAllocator() = default; // never runs: the accelerator is leaked
 
 CpuDeviceAllocator::DeviceState& CpuDeviceAllocator::state(c10::DeviceIndex device) const {
   if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= devices_.size())) {
@@ -195,7 +159,7 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
   const size_t size = round_size(nbytes);
   Block* block = nullptr;
   {
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     // Reuse a cached block of at most twice the size, so big blocks are not wasted.
     auto it = st.free_blocks.lower_bound(size);
     if (it != st.free_blocks.end() && it->first <= 2 * size) {
@@ -211,7 +175,7 @@ c10::DataPtr CpuDeviceAllocator::allocate(size_t nbytes) {
   {
     // Account the block as handed out, which may be a reused block larger than `size`:
     // release() takes back block->size, so the two must agree.
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     st.live.emplace(block->ptr, block);
     for_pools(block->size, [&](size_t p) {
       increase(st.stats.allocation[p], 1);
@@ -239,7 +203,7 @@ bool CpuDeviceAllocator::within_limit_locked(
 
 void CpuDeviceAllocator::free_cache_for_retry(DeviceState& st) {
   {
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     st.stats.num_alloc_retries += 1;
   }
   empty_device_cache(st);
@@ -255,7 +219,7 @@ void* CpuDeviceAllocator::new_segment(
       free_cache_for_retry(st);
     }
     {
-      std::lock_guard<std::mutex> lock(st.mutex);
+      std::lock_guard<ForkSafeMutex> lock(st.mutex);
       if (!within_limit_locked(st, device, size)) {
         continue;
       }
@@ -269,7 +233,7 @@ void* CpuDeviceAllocator::new_segment(
       ptr = c10::alloc_cpu(size);
     } catch (const c10::Error&) {
     }
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     if (ptr != nullptr) {
       st.stats.num_device_alloc += 1;
       return ptr;
@@ -302,7 +266,7 @@ std::string format_bytes(double bytes) {
 void CpuDeviceAllocator::raise_out_of_memory(
     DeviceState& st, c10::DeviceIndex device, size_t nbytes) {
   const auto total = static_cast<double>(getMemoryInfo(device).second);
-  std::lock_guard<std::mutex> lock(st.mutex);
+  std::lock_guard<ForkSafeMutex> lock(st.mutex);
   st.stats.num_ooms += 1;
   const double fraction = st.memory_fraction.load();
   const auto allocated = static_cast<double>(st.stats.allocated_bytes[0].current);
@@ -354,7 +318,7 @@ void CpuDeviceAllocator::release(Block* block) {
   auto& st = *devices_[device];
   std::optional<ProfilerReport> report;
   {
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     st.live.erase(block->ptr);
     for_pools(block->size, [&](size_t p) {
       decrease(st.stats.allocation[p], 1);
@@ -401,7 +365,7 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     } else if (attempt == 2) {
       raise_out_of_memory(st, device, nbytes);
     }
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     if (!within_limit_locked(st, device, nbytes)) {
       continue;
     }
@@ -424,7 +388,7 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
   auto& st = *adopted->owner->devices_[adopted->device];
   std::optional<ProfilerReport> report;
   {
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     st.stats.num_device_free += 1;
     account_adopted(st.stats, adopted->size, [](Stat& s, size_t n) { decrease(s, n); });
     (adopted->prev != nullptr ? adopted->prev->next : st.adopted) = adopted->next;
@@ -442,7 +406,7 @@ void CpuDeviceAllocator::raw_free(void* ptr) {
   for (auto& st : self.devices_) {
     Block* block = nullptr;
     {
-      std::lock_guard<std::mutex> lock(st->mutex);
+      std::lock_guard<ForkSafeMutex> lock(st->mutex);
       auto it = st->live.find(ptr);
       if (it != st->live.end()) {
         block = it->second;
@@ -479,7 +443,7 @@ void CpuDeviceAllocator::emptyCache(c10::MempoolId_t) {
 void CpuDeviceAllocator::empty_device_cache(DeviceState& st) {
   std::multimap<size_t, Block*> cached;
   {
-    std::lock_guard<std::mutex> lock(st.mutex);
+    std::lock_guard<ForkSafeMutex> lock(st.mutex);
     cached.swap(st.free_blocks);
     for (auto& [size, block] : cached) {
       st.stats.num_device_free += 1;
@@ -502,13 +466,13 @@ void CpuDeviceAllocator::recordStream(const c10::DataPtr&, c10::Stream) {
 c10::CachingDeviceAllocator::DeviceStats CpuDeviceAllocator::getDeviceStats(
     c10::DeviceIndex device) {
   auto& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mutex);
+  std::lock_guard<ForkSafeMutex> lock(st.mutex);
   return st.stats;
 }
 
 void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   auto& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mutex);
+  std::lock_guard<ForkSafeMutex> lock(st.mutex);
   for_each_stat(st.stats, [](Stat& stat) {
     stat.allocated = 0;
     stat.freed = 0;
@@ -522,7 +486,7 @@ void CpuDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
 
 void CpuDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
   auto& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mutex);
+  std::lock_guard<ForkSafeMutex> lock(st.mutex);
   for_each_stat(st.stats, [](Stat& stat) { stat.peak = stat.current; });
 }
 
@@ -540,7 +504,7 @@ c10::DeviceIndex CpuDeviceAllocator::device_of(const void* ptr) const {
     return ptr >= begin && ptr < begin + size;
   };
   for (size_t i = 0; i < devices_.size(); ++i) {
-    std::lock_guard<std::mutex> lock(devices_[i]->mutex);
+    std::lock_guard<ForkSafeMutex> lock(devices_[i]->mutex);
     for (const auto& [start, block] : devices_[i]->live) {
       if (within(start, block->size)) {
         return static_cast<c10::DeviceIndex>(i);
@@ -560,7 +524,7 @@ std::vector<MemorySegment> CpuDeviceAllocator::segments() const {
   for (size_t i = 0; i < devices_.size(); ++i) {
     const auto device = static_cast<c10::DeviceIndex>(i);
     const auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-    std::lock_guard<std::mutex> lock(devices_[i]->mutex);
+    std::lock_guard<ForkSafeMutex> lock(devices_[i]->mutex);
     for (const auto& [start, block] : devices_[i]->live) {
       out.push_back({device, address(start), block->size, block->requested, true, false});
     }

@@ -50,9 +50,6 @@ class CpuDeviceAllocator final : public c10::DeviceAllocator {
   struct DeviceState;
 
   DeviceState& state(c10::DeviceIndex device) const;
-  // fork() support (see the constructor): all device locks taken, then released.
-  void lock_all_devices();
-  void unlock_all_devices();
   bool within_limit_locked(DeviceState& st, c10::DeviceIndex device, size_t size);
   // Frees one device's cached blocks (a retry after a refused allocation frees only its own).
   void empty_device_cache(DeviceState& st);

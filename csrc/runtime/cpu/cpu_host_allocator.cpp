@@ -4,8 +4,6 @@
 
 #include <c10/core/impl/alloc_cpu.h>
 
-#include <pthread.h>
-
 #include <cstring>
 #include <mutex>
 
@@ -34,16 +32,6 @@ void for_each_stat(at::HostStats& stats, F f) {
 
 } // namespace
 
-CpuHostAllocator::CpuHostAllocator() {
-  static CpuHostAllocator* self = nullptr; // the process's one instance (host_allocator())
-  static std::once_flag once;
-  std::call_once(once, [this] {
-    self = this;
-    pthread_atfork(
-        [] { self->mutex_.lock(); }, [] { self->mutex_.unlock(); }, [] { self->mutex_.unlock(); });
-  });
-}
-
 CpuHostAllocator& host_allocator() {
   static auto* instance = new CpuHostAllocator(); // never destroyed, as the accelerator
   return *instance;
@@ -55,7 +43,7 @@ c10::DataPtr CpuHostAllocator::allocate(size_t nbytes) {
   }
   void* ptr = c10::alloc_cpu(nbytes);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     blocks_[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
     account_block(stats_, nbytes, &increase);
     stats_.num_host_alloc += 1;
@@ -66,7 +54,7 @@ c10::DataPtr CpuHostAllocator::allocate(size_t nbytes) {
 void CpuHostAllocator::free_pinned(void* ptr) {
   auto& self = host_allocator();
   {
-    std::lock_guard<std::mutex> lock(self.mutex_);
+    std::lock_guard<ForkSafeMutex> lock(self.mutex_);
     auto it = self.blocks_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it != self.blocks_.end()) {
       account_block(self.stats_, it->second, &decrease);
@@ -92,12 +80,12 @@ bool CpuHostAllocator::record_event(void* ptr, void*, c10::Stream) {
 }
 
 at::HostStats CpuHostAllocator::get_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return stats_;
 }
 
 void CpuHostAllocator::reset_accumulated_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   for_each_stat(stats_, [](Stat& stat) {
     stat.allocated = 0;
     stat.freed = 0;
@@ -107,13 +95,13 @@ void CpuHostAllocator::reset_accumulated_stats() {
 }
 
 void CpuHostAllocator::reset_peak_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   for_each_stat(stats_, [](Stat& stat) { stat.peak = stat.current; });
 }
 
 bool CpuHostAllocator::contains(const void* ptr) const {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto it = blocks_.upper_bound(address);
   if (it == blocks_.begin()) {
     return false;

@@ -3,19 +3,17 @@
 // Pinned host memory of the cpu accelerator: host memory that remembers it was pinned, so
 // Tensor.is_pinned(), pin_memory() and DataLoader(pin_memory=True) behave as on CUDA.
 
+#include "runtime/fork_safe_mutex.h"
+
 #include <ATen/core/CachingHostAllocator.h>
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 
 namespace torch_fl::cpu {
 
 class CpuHostAllocator final : public at::HostAllocator {
  public:
-  // Holds its lock across fork(), as the device allocator does (cpu_device_allocator.cpp).
-  CpuHostAllocator();
-
   c10::DataPtr allocate(size_t nbytes) override;
   c10::DeleterFnPtr raw_deleter() const override;
   void copy_data(void* dst, const void* src, std::size_t count) const override;
@@ -34,7 +32,7 @@ class CpuHostAllocator final : public at::HostAllocator {
  private:
   static void free_pinned(void* ptr);
 
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_; // free in a forked child (fork_safe_mutex.h)
   std::map<uintptr_t, size_t> blocks_; // start -> size
   at::HostStats stats_;
 };
