@@ -66,6 +66,18 @@ py::dict memory_stats(c10::DeviceIndex index) {
   return d;
 }
 
+// Microseconds spent in the host allocator's system calls, with torch.cuda's keys (avg rounds
+// down, 0 before the first call).
+py::dict duration_dict(const c10::CachingAllocator::DurationStat& s) {
+  py::dict d;
+  d["total"] = s.total;
+  d["max"] = s.max;
+  d["min"] = s.min;
+  d["count"] = s.count;
+  d["avg"] = s.count == 0 ? 0 : s.total / s.count;
+  return d;
+}
+
 // torch.cuda.host_memory_stats's keys for the statistics every host allocator keeps.
 py::dict host_memory_stats() {
   const auto s = accelerator().host_allocator()->get_stats();
@@ -76,6 +88,8 @@ py::dict host_memory_stats() {
   d["active_bytes"] = stat_dict(s.active_bytes);
   d["num_host_alloc"] = s.num_host_alloc;
   d["num_host_free"] = s.num_host_free;
+  d["host_alloc_time"] = duration_dict(s.host_alloc_time);
+  d["host_free_time"] = duration_dict(s.host_free_time);
   return d;
 }
 

@@ -123,6 +123,41 @@ def test_host_memory_stats_follow_pinned_tensors() -> None:
     assert torch.flagos.host_memory_stats()["num_host_alloc"] == 0
 
 
+def test_host_memory_stats_time_the_allocators_system_calls() -> None:
+    # torch.cuda.host_memory_stats's timing keys: one host_alloc_time sample per block taken
+    # from the system, one host_free_time sample per block given back; resets as CUDA's.
+    timing = [
+        f"{kind}.{field}"
+        for kind in ("host_alloc_time", "host_free_time")
+        for field in ("total", "max", "min", "count", "avg")
+    ]
+    gc.collect()
+    torch.flagos.synchronize()
+    torch.flagos.empty_host_cache()
+    before = torch.flagos.host_memory_stats()
+    assert set(timing) <= set(before)
+    pinned = torch.empty(1 << 20, dtype=torch.uint8).pin_memory()
+    during = torch.flagos.host_memory_stats()
+    new_blocks = during["num_host_alloc"] - before["num_host_alloc"]
+    assert during["host_alloc_time.count"] - before["host_alloc_time.count"] == new_blocks
+    if during["host_alloc_time.count"]:
+        stat = {field: during[f"host_alloc_time.{field}"] for field in ("total", "max", "min")}
+        assert 0 <= stat["min"] <= stat["max"] <= stat["total"]
+        assert during["host_alloc_time.avg"] == stat["total"] // during["host_alloc_time.count"]
+    del pinned
+    torch.flagos.empty_host_cache()
+    after = torch.flagos.host_memory_stats()
+    freed = after["num_host_free"] - during["num_host_free"]
+    assert freed >= 1
+    assert after["host_free_time.count"] - during["host_free_time.count"] == freed
+    torch.flagos.reset_accumulated_host_memory_stats()
+    reset = torch.flagos.host_memory_stats()
+    assert reset["host_alloc_time.count"] == reset["host_alloc_time.total"] == 0
+    assert reset["host_free_time.count"] == reset["host_free_time.total"] == 0
+    torch.flagos.reset_peak_host_memory_stats()
+    assert torch.flagos.host_memory_stats()["host_alloc_time.max"] == 0
+
+
 @pytest.mark.skipif(
     not hasattr(torch.accelerator, "empty_host_cache"),
     reason="torch.accelerator has no empty_host_cache",

@@ -104,7 +104,8 @@ def reset_accumulated_memory_stats(device: DeviceLike = None) -> None:
 def host_memory_stats() -> dict[str, int]:
     """Statistics of pinned host memory (the cuda accelerator's are CUDA's pinned pool's), with
     torch.cuda.host_memory_stats's key names: allocations, allocated_bytes, active_requests and
-    active_bytes (each .current, .peak, .allocated, .freed), num_host_alloc, num_host_free."""
+    active_bytes (each .current, .peak, .allocated, .freed), num_host_alloc, num_host_free,
+    host_alloc_time and host_free_time (each .total, .max, .min, .count, .avg, microseconds)."""
     flat: dict[str, int] = {}
     _flatten("", _C._host_memory_stats(), flat)
     return dict(sorted(flat.items()))

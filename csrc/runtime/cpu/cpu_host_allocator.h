@@ -32,7 +32,7 @@ class CpuHostAllocator final : public at::HostAllocator {
  private:
   static void free_pinned(void* ptr);
 
-  mutable ForkSafeMutex mutex_; // free in a forked child (fork_safe_mutex.h)
+  mutable ForkSafeMutex mutex_;        // free in a forked child (fork_safe_mutex.h)
   std::map<uintptr_t, size_t> blocks_; // start -> size
   at::HostStats stats_;
 };
