@@ -84,14 +84,16 @@ void relabel_if_only_ours(c10::IValue& v, py::handle value, c10::DeviceIndex ind
 // The keyword-only argument names of an operator as the vectorcall's `kwnames` (borrowed;
 // null when it has none), made once per operator: interned strings match the kernel's
 // parameter names by identity.
-PyObject* keyword_names(OpEntry& e) {
+PyObject* keyword_names(const c10::OperatorHandle& op, OpEntry& e) {
 #ifdef Py_GIL_DISABLED
   static std::mutex mutex; // no GIL to order the first call's write before other reads
   std::lock_guard<std::mutex> lock(mutex);
 #endif
-  if (!e.python_kwnames_made) {
+  const uint32_t generation = e.generation.load(std::memory_order_acquire);
+  if (!e.python_kwnames_made || e.python_kwnames_generation != generation) {
+    // (A redefined operator's old names are leaked: a call may still hold them.)
     py::list names;
-    for (const auto& a : e.op.schema().arguments()) {
+    for (const auto& a : op.schema().arguments()) {
       if (a.kwarg_only()) {
         names.append(
             py::reinterpret_steal<py::object>(PyUnicode_InternFromString(a.name().c_str())));
@@ -99,6 +101,7 @@ PyObject* keyword_names(OpEntry& e) {
     }
     e.python_kwnames = names.empty() ? nullptr : py::tuple(names).release().ptr();
     e.python_kwnames_made = true; // under the GIL (or the mutex), as every read
+    e.python_kwnames_generation = generation;
   }
   return static_cast<PyObject*>(e.python_kwnames);
 }
@@ -115,13 +118,12 @@ PyObject* require_python_kernel(const OpEntry& e) {
   return kernel;
 }
 
-void python_route(OpEntry& e, torch::jit::Stack* stack) {
+void python_route(const c10::OperatorHandle& op, OpEntry& e, torch::jit::Stack* stack) {
   require_python_kernel(e); // before any work; asked again under the GIL, where it is kept
-  const c10::OperatorHandle& op = e.op;
   const auto& schema = op.schema();
   PreparedCall call;
   call.defer_read_aliases = true; // mapped below, to objects kept between calls
-  prepare_call(op, e.plan, stack, Mapping::Alias, call);
+  prepare_call(op, e.plan(), stack, Mapping::Alias, call);
   // Python kernels (Triton) launch on the current native device and stream; flagos:N is native
   // device N and flagos streams are the native ones, so make the call's device current. Only
   // switch when it differs: the guard costs a device query and two sets.
@@ -166,7 +168,8 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
 
     py::object result;
     try {
-      PyObject* r = PyObject_Vectorcall(fn.ptr(), argv.data(), positional.size(), keyword_names(e));
+      PyObject* r =
+          PyObject_Vectorcall(fn.ptr(), argv.data(), positional.size(), keyword_names(op, e));
       if (r == nullptr) {
         throw py::error_already_set();
       }
@@ -177,7 +180,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
 
     const auto& returns = schema.returns();
     auto convert = [&](py::handle value, size_t r) -> c10::IValue {
-      if (e.plan.returns_arg[r] >= 0) {
+      if (e.plan().returns_arg[r] >= 0) {
         return c10::IValue(); // the caller's own tensor replaces it in finish_call
       }
       try {
@@ -223,7 +226,7 @@ void python_route(OpEntry& e, torch::jit::Stack* stack) {
     // Still under the GIL: the native results a Python kernel made, and the aliases it was
     // given, have Python objects, which their last C++ reference (dropped here once results are
     // re-labelled) releases. Without the GIL each such release would take it back.
-    finish_call(op, e.plan, stack, call);
+    finish_call(op, e.plan(), stack, call);
     call.written.clear(); // the aliases of written arguments had Python objects too
     result = py::object();
     positional.clear();

@@ -350,3 +350,80 @@ def test_triton_kernel_on_flagos_tensors():
     y = torch.randn(33, 7, device="flagos").t()  # non-contiguous input
     torch.testing.assert_close(ops.triton_scale(y, -2.0).cpu(), y.cpu() * -2.0)
     assert ops.triton_scale(x, 1.0).device == x.device
+
+
+# ---- operators defined again, kernels registered late ----
+
+
+def test_an_operator_defined_again_maps_the_arguments_of_its_new_schema():
+    # A custom operator dropped and defined again under the same name (a notebook cell run
+    # twice with another signature) must be called by its new schema: its tensor-list argument
+    # reaches the CPU kernel as cpu tensors and its out= result is the caller's tensor, as on
+    # cpu. (The router once kept the first schema's plan: the list stayed flagos.)
+    seen: list[list[str]] = []
+    lib = torch.library.Library("fl_test_redefined", "DEF")
+    lib.define("f(Tensor x) -> Tensor")
+    lib.impl("f", lambda x: x * 2, "CPU")
+    x = torch.arange(4.0, device="flagos")
+    torch.testing.assert_close(torch.ops.fl_test_redefined.f(x).cpu(), torch.arange(4.0) * 2)
+    del lib
+    lib = torch.library.Library("fl_test_redefined", "DEF")
+    lib.define("f(Tensor[] xs, Tensor(a!) out, *, float alpha=1.0) -> Tensor(a!)")
+
+    def summed(xs, out, alpha=1.0):
+        seen.append([t.device.type for t in xs])
+        return out.copy_(xs[0] + alpha * xs[1])
+
+    lib.impl("f", summed, "CPU")
+    try:
+        for device in ("cpu", "flagos"):
+            xs = [torch.arange(4.0, device=device), torch.ones(4, device=device)]
+            out = torch.empty(4, device=device)
+            result = torch.ops.fl_test_redefined.f(xs, out, alpha=3.0)
+            assert result is out
+            torch.testing.assert_close(out.cpu(), torch.arange(4.0) + 3.0)
+        native = torch_fl._C._native_device_type()
+        assert seen == [["cpu", "cpu"], [native, native] if native == "cpu" else ["cpu", "cpu"]]
+    finally:
+        del lib
+
+
+def test_a_python_kernel_of_an_operator_defined_again_gets_its_new_keywords():
+    lib = torch.library.Library("fl_test_redefined_py", "DEF")
+    lib.define("g(Tensor x, *, float alpha) -> Tensor")
+    name = "fl_test_redefined_py::g"
+    torch_fl.routing.register_python_kernel(name, lambda x, *, alpha: x * alpha)
+    torch_fl.routing.set_route(name, "flagos_python")
+    try:
+        x = torch.arange(3.0, device="flagos")
+        torch.testing.assert_close(
+            torch.ops.fl_test_redefined_py.g(x, alpha=2.0).cpu(), torch.arange(3.0) * 2
+        )
+        del lib
+        lib = torch.library.Library("fl_test_redefined_py", "DEF")
+        lib.define("g(Tensor x, *, float beta, float gamma) -> Tensor")
+        torch_fl.routing.register_python_kernel(name, lambda x, *, beta, gamma: x * beta + gamma)
+        result = torch.ops.fl_test_redefined_py.g(x, beta=2.0, gamma=1.0)
+        torch.testing.assert_close(result.cpu(), torch.arange(3.0) * 2 + 1)
+    finally:
+        torch_fl.routing.set_route(name, None)
+        torch_fl.routing.register_python_kernel(name, None)
+        del lib
+
+
+def test_a_cpu_kernel_registered_after_the_first_call_is_used():
+    # Registering a kernel announces nothing to the router, so the first refusal must not
+    # stick: once the CPU kernel exists, the next call runs it (zero-copy on the cpu
+    # accelerator, cpu_fallback on a device accelerator), as a cpu tensor's call would.
+    lib = torch.library.Library("fl_test_late_kernel", "DEF")
+    lib.define("f(Tensor x) -> Tensor")
+    try:
+        x = torch.arange(4.0, device="flagos")
+        with pytest.raises(NotImplementedError, match="fl_test_late_kernel::f"):
+            torch.ops.fl_test_late_kernel.f(x)
+        lib.impl("f", lambda t: t * 2, "CPU")
+        torch.testing.assert_close(
+            torch.ops.fl_test_late_kernel.f(x).cpu(), torch.ops.fl_test_late_kernel.f(x.cpu())
+        )
+    finally:
+        del lib

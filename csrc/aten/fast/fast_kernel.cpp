@@ -28,9 +28,9 @@ OpInfo make_info(const char* name, const char* overload, size_t num_args) {
     }
   }
   const auto route = routing::alias_route();
-  info.usable =
-      route.has_value() && (*route == routing::Route::CpuFallback ? info.entry->has_cpu_kernel
-                                                                  : info.entry->has_native_kernel);
+  info.usable = route.has_value() &&
+                (*route == routing::Route::CpuFallback ? info.entry->has_cpu_kernel.load()
+                                                       : info.entry->has_native_kernel.load());
   return info;
 }
 

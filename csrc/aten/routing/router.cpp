@@ -168,8 +168,9 @@ struct State {
     // A device accelerator's default route is its native kernels; an operator with none but a
     // CPU kernel (a custom operator registered for "CPU" only) runs on cpu_fallback instead,
     // host-staged, counted and logged as such, rather than failing for want of a kernel.
-    if (r.origin == Origin::Default && r.route == Route::Cuda && !e.has_native_kernel &&
-        e.has_cpu_kernel) {
+    if (r.origin == Origin::Default && r.route == Route::Cuda &&
+        !e.has_native_kernel.load(std::memory_order_relaxed) &&
+        e.has_cpu_kernel.load(std::memory_order_relaxed)) {
       r.route = Route::CpuFallback;
     }
     const auto plain = static_cast<uint8_t>(r.route);
@@ -184,6 +185,41 @@ struct State {
     }
   }
 
+  // Caller holds mu. Whether the flags changed.
+  static bool refresh_kernel_flags(OpEntry& e, const c10::OperatorHandle& op) {
+    const bool cpu = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
+    const bool native = op.hasComputedKernelForDispatchKey(accelerator().native_dispatch_key());
+    const bool changed = cpu != e.has_cpu_kernel.load(std::memory_order_relaxed) ||
+                         native != e.has_native_kernel.load(std::memory_order_relaxed);
+    e.has_cpu_kernel.store(cpu, std::memory_order_relaxed);
+    e.has_native_kernel.store(native, std::memory_order_relaxed);
+    return changed;
+  }
+
+  // Caller holds mu. `op` has the entry's name but may be the operator defined again after
+  // being dropped: a new handle, maybe another schema and other kernels. Routes set for the
+  // name (and a Python kernel) stay.
+  void rebind(OpEntry& e, const c10::OperatorHandle& op, uint64_t epoch) {
+    e.op = op;
+    if (!(op.schema() == *e.schema)) {
+      e.schema = std::make_unique<const c10::FunctionSchema>(op.schema());
+      e.plan_.store(new ArgPlan(ArgPlan::build(op)), std::memory_order_release);
+      e.generation.fetch_add(1, std::memory_order_release);
+    }
+    refresh_kernel_flags(e, op);
+    resolve(e);
+    e.bound_epoch = epoch;
+  }
+
+  static bool refresh_and_resolve(State& s, const c10::OperatorHandle& op, OpEntry& e) {
+    std::lock_guard lock(s.mu);
+    if (!s.refresh_kernel_flags(e, op)) {
+      return false;
+    }
+    s.resolve(e);
+    return true;
+  }
+
   // Caller holds mu.
   OpEntry& entry(const c10::OperatorHandle& op) {
     if (!listener) {
@@ -192,16 +228,20 @@ struct State {
     }
     const void* key = &op.operator_name();
     auto name = canonical_name(op.operator_name());
+    const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
     if (auto it = by_key.find(key); it != by_key.end() && it->second->name == name) {
+      if (C10_UNLIKELY(it->second->bound_epoch != epoch)) {
+        rebind(*it->second, op, epoch);
+      }
       return *it->second;
     }
     if (auto it = by_name.find(name); it != by_name.end()) {
-      // The same operator registered again after being dropped: a new handle.
-      it->second->op = op;
+      rebind(*it->second, op, epoch);
       by_key[key] = it->second;
       return *it->second;
     }
     auto* e = new OpEntry(op, name); // entries live for the process: caches point at them
+    e->bound_epoch = epoch;
     resolve(*e);
     by_key[key] = e;
     by_name.emplace(std::move(name), e);
@@ -399,11 +439,23 @@ void check_copy_fallback(OpEntry& e) {
 void run_cpu_fallback(const c10::OperatorHandle& op, OpEntry& e, torch::jit::Stack* stack) {
   if (C10_LIKELY(!is_device_accelerator() && !g_force_copy.load(std::memory_order_relaxed))) {
     // The cpu accelerator: flagos memory is host memory, CPU kernels run on it zero-copy.
-    call_native(op, e.plan, stack, c10::DispatchKey::CPU, Mapping::Alias, e.has_cpu_kernel);
+    call_native(
+        op,
+        e.plan(),
+        stack,
+        c10::DispatchKey::CPU,
+        Mapping::Alias,
+        e.has_cpu_kernel.load(std::memory_order_relaxed));
     return;
   }
   check_copy_fallback(e);
-  call_native(op, e.plan, stack, c10::DispatchKey::CPU, Mapping::Copy, e.has_cpu_kernel);
+  call_native(
+      op,
+      e.plan(),
+      stack,
+      c10::DispatchKey::CPU,
+      Mapping::Copy,
+      e.has_cpu_kernel.load(std::memory_order_relaxed));
 }
 
 // ---- configuration helpers ----
@@ -629,8 +681,9 @@ bool reaches_router(const std::string& op) {
 
 OpEntry::OpEntry(const c10::OperatorHandle& handle, std::string canonical_name)
     : op(handle),
+      schema(std::make_unique<const c10::FunctionSchema>(handle.schema())),
       name(std::move(canonical_name)),
-      plan(ArgPlan::build(handle)),
+      plan_(new ArgPlan(ArgPlan::build(handle))),
       has_cpu_kernel(handle.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)),
       has_native_kernel(
           handle.hasComputedKernelForDispatchKey(accelerator().native_dispatch_key())) {}
@@ -751,6 +804,25 @@ static C10_NOINLINE uint8_t route_of_sized_call(const OpEntry& e, const torch::j
   return route_by_size(e, [&](const SizeRules& rules) { return rules.measure(stack); });
 }
 
+// Whether the kernel a route runs is known to exist (true for routes that run none of torch's).
+static bool has_route_kernel(const OpEntry& e, Route r) {
+  switch (r) {
+    case Route::CpuFallback:
+      return e.has_cpu_kernel.load(std::memory_order_relaxed);
+    case Route::Cuda:
+      return e.has_native_kernel.load(std::memory_order_relaxed);
+    default:
+      return true;
+  }
+}
+
+// A kernel registered after the operator's first flagos call (a custom operator called before
+// `lib.impl`) is not announced to registration listeners: before a call is refused for want of
+// one, the dispatcher is asked again, and the route resolved again when the answer changed.
+static C10_NOINLINE bool refresh_kernels(const c10::OperatorHandle& op, OpEntry& e) {
+  return State::refresh_and_resolve(state(), op, e);
+}
+
 void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpEntry& e = lookup(op);
   uint8_t raw = e.route.load(std::memory_order_acquire);
@@ -758,6 +830,10 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     raw = route_of_sized_call(e, *stack);
   }
   const auto r = static_cast<Route>(raw);
+  if (C10_UNLIKELY(!has_route_kernel(e, r)) && refresh_kernels(op, e)) {
+    route_call(op, stack); // once: the flags now say what the dispatcher has
+    return;
+  }
   const auto i = static_cast<size_t>(r);
   e.calls[i].fetch_add(1, std::memory_order_relaxed);
   if (C10_UNLIKELY(g_log.load(std::memory_order_relaxed) != 0)) {
@@ -774,11 +850,11 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     case Route::Cuda:
       call_native(
           op,
-          e.plan,
+          e.plan(),
           stack,
           accelerator().native_dispatch_key(),
           Mapping::Alias,
-          e.has_native_kernel);
+          e.has_native_kernel.load(std::memory_order_relaxed));
       return;
     case Route::FlagosPython: {
       auto python = g_python_route.load(std::memory_order_acquire);
@@ -786,7 +862,7 @@ void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
           python != nullptr,
           e.name,
           " is routed to flagos_python, but torch_fl's Python bindings are not loaded");
-      python(e, stack);
+      python(op, e, stack);
       return;
     }
     case Route::FlaggemsCpp:

@@ -23,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,11 +56,28 @@ enum class Origin : uint8_t { Default = 0, Table = 1, Env = 2, Api = 3 };
 struct FLAGOS_API OpEntry {
   OpEntry(const c10::OperatorHandle& handle, std::string canonical_name);
 
-  c10::OperatorHandle op;
+  c10::OperatorHandle op; // read and written under the router's lock only
+  // Under the router's lock only: the schema `plan_` was built from, and the dispatcher's
+  // deregistration count when `op` was last checked (an operator defined again may get the
+  // address of the one it replaces, so the lookup's key alone cannot tell them apart).
+  std::unique_ptr<const c10::FunctionSchema> schema;
+  uint64_t bound_epoch = 0;
   const std::string name; // "aten::add.Tensor"
-  const ArgPlan plan;
-  const bool has_cpu_kernel;
-  const bool has_native_kernel;
+  // What the schema says about the arguments. An operator dropped and defined again under the
+  // same name (a custom operator redefined) may have another schema: the entry then gets a new
+  // plan; the old one is kept (leaked), as a call still running may read it.
+  const ArgPlan& plan() const {
+    return *plan_.load(std::memory_order_acquire);
+  }
+  std::atomic<const ArgPlan*> plan_;
+  // Whether the dispatcher has a CPU / native-device kernel for it. Kernels registered after
+  // the first call (no registration listener hears of them) are found when a call needs one
+  // the entry lacks (router.cpp, refresh_kernels).
+  std::atomic<bool> has_cpu_kernel;
+  std::atomic<bool> has_native_kernel;
+  // Bumped when the operator is defined again (under the router's lock); what was derived
+  // from the old schema outside the router (the Python route's keyword names) is remade.
+  std::atomic<uint32_t> generation{0};
   // The route calls take: a Route, or kRouteBySize while `size_rules` choose it per call.
   std::atomic<uint8_t> route{0};
   // The route without size rules (the one a call that meets no rule takes).
@@ -76,6 +94,7 @@ struct FLAGOS_API OpEntry {
   // the schema has no keyword-only argument), made by the bindings on first use under the GIL.
   void* python_kwnames = nullptr;
   bool python_kwnames_made = false;
+  uint32_t python_kwnames_generation = 0; // the generation they were made for
 };
 
 // The route of one call of an operator whose OpEntry::route is kRouteBySize: its size rules'
@@ -89,7 +108,10 @@ uint8_t route_by_size(const OpEntry& e, Measure&& measure) {
 }
 
 // The flagos_python route, installed by the Python bindings (the core does not link Python).
-using PythonRoute = void (*)(OpEntry& entry, torch::jit::Stack* stack);
+// `op` is the call's own handle: OpEntry::op is rewritten (under the router's lock) when the
+// operator is registered again, so calls never read it.
+using PythonRoute =
+    void (*)(const c10::OperatorHandle& op, OpEntry& entry, torch::jit::Stack* stack);
 FLAGOS_API void set_python_route(PythonRoute route);
 
 // The hot path: runs `op` through its route.
