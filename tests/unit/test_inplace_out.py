@@ -248,6 +248,29 @@ def test_set_and_is_set_to() -> None:
     assert t.numel() == 0
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t, s: t.set_(s, 3, (4,), (-1,)),  # a reversed view, as numpy allows
+        lambda t, s: t.set_(s, 0, (2, 2), (-1, 1)),
+        lambda t, s: t.set_(s).resize_(2**62),
+    ],
+    ids=["negative_stride", "negative_stride_2d", "overflow"],
+)
+def test_set_and_resize_refuse_sizes_cpu_refuses_leaving_the_storage_alone(call) -> None:
+    # Once, flagos made a negative stride positive and grew the shared storage under it.
+    messages = {}
+    for device in ("cpu", "flagos"):
+        base = torch.tensor([10.0, 20.0, 30.0, 40.0], device=device)
+        t = torch.empty(0, device=device)
+        with pytest.raises(RuntimeError, match="Storage size calculation overflowed") as info:
+            call(t, base.untyped_storage())
+        messages[device] = str(info.value)
+        assert base.untyped_storage().nbytes() == 16
+        assert base.cpu().tolist() == [10.0, 20.0, 30.0, 40.0]
+    assert messages["flagos"] == messages["cpu"]
+
+
 @pytest.mark.usefixtures("two_devices")
 @pytest.mark.parametrize("current", [0, 1])
 def test_set_without_arguments_keeps_the_tensors_device(current: int) -> None:

@@ -41,13 +41,18 @@ void resize_impl(
   if (self->sizes() == size && (!stride.has_value() || self->strides() == *stride)) {
     return;
   }
+  // Sized from the arguments, before the tensor changes, as CPU's and CUDA's resize: a negative
+  // stride (which set_sizes_and_strides would make contiguous) or an overflowing size is refused
+  // with their message and leaves the tensor as it was.
+  const auto itemsize = self->dtype().itemsize();
+  const size_t needed = stride.has_value()
+      ? at::detail::computeStorageNbytes(size, *stride, itemsize, self->storage_offset())
+      : at::detail::computeStorageNbytesContiguous(size, itemsize, self->storage_offset());
   if (stride.has_value()) {
     self->set_sizes_and_strides(size, *stride);
   } else {
     self->set_sizes_contiguous(size);
   }
-  const size_t needed = at::detail::computeStorageNbytes(
-      self->sizes(), self->strides(), self->dtype().itemsize(), self->storage_offset());
   if (self->numel() > 0 && needed > self->storage().nbytes()) {
     resize_storage_bytes(self->storage().unsafeGetStorageImpl(), needed);
   }
@@ -143,7 +148,9 @@ const at::Tensor& resize_(
   resize_impl(impl, size, std::nullopt);
   if (memory_format.has_value()) {
     TORCH_CHECK(
-        *memory_format != at::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
+        *memory_format != at::MemoryFormat::Preserve,
+        "Unsupported memory format",
+        *memory_format); // (no space: CPU's message)
     impl->empty_tensor_restride(*memory_format);
   }
   if (fill_uninitialized()) {
