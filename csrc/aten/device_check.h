@@ -7,8 +7,8 @@
 //
 // Finds the flagos device of the call and rejects mixed devices the way native backends do:
 // only 0-dim CPU tensors that are read (and CPU index tensors in Tensor?[] arguments) may join
-// flagos ones; the 0-dim `value` of fill_ and masked_fill_, which CUDA's kernels read with
-// .item(), may sit anywhere.
+// flagos ones; the 0-dim value of the fill operators and of index_put_, which CUDA's kernels
+// read on the host or move first, may sit anywhere.
 
 #include "runtime/accelerator.h"
 
@@ -49,10 +49,15 @@ class DeviceCheck {
       }
       return;
     }
-    if (device.type() == c10::DeviceType::CPU &&
-        (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) ||
-         is_filled_from_a_device_value(arg))) {
-      return;
+    if (device.type() == c10::DeviceType::CPU) {
+      if (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) || cpu_self_filled_) {
+        return;
+      }
+      if (is_filled_from_a_device_value(arg)) {
+        // A cpu self filled from a flagos value: the call's other tensors (indices) are cpu.
+        cpu_self_filled_ = true;
+        return;
+      }
     }
     if (!stray_) {
       stray_ = device;
@@ -94,21 +99,31 @@ class DeviceCheck {
            op_.schema().name().rfind("aten::_foreach_", 0) == 0;
   }
 
-  // The kernels of fill_.Tensor and masked_fill_.Tensor read their 0-dim `value` on the host
-  // (.item()) wherever it is, so on CUDA it may sit on another GPU; so on flagos.
-  C10_NOINLINE bool is_host_read_value(const at::Tensor& t, uint16_t arg) const {
-    const auto& args = op_.schema().arguments();
-    const auto& name = op_.schema().operator_name();
-    return t.dim() == 0 && arg < args.size() && args[arg].name() == "value" &&
-           name.overload_name == "Tensor" &&
-           (name.name == "aten::fill_" || name.name == "aten::masked_fill_");
+  // Operators whose native kernels take a 0-dim value tensor from any device: fill_.Tensor,
+  // masked_fill_.Tensor and index_fill_.int_Tensor read it on the host (.item()), and
+  // _index_put_impl_ (index_put_, `x[i] = v`) moves a one-element `values` to self's device
+  // first. So on CUDA it may sit on another GPU, and a cpu tensor may be filled from a GPU
+  // scalar; so on flagos. (Other operators refuse 0-dim tensors of another device, as CUDA's.)
+  static bool takes_a_value_from_any_device(const c10::OperatorName& name) {
+    return (name.overload_name == "Tensor" &&
+            (name.name == "aten::fill_" || name.name == "aten::masked_fill_")) ||
+           (name.overload_name == "int_Tensor" && name.name == "aten::index_fill_") ||
+           (name.overload_name.empty() && name.name == "aten::_index_put_impl_");
   }
 
-  // `cpu_tensor.fill_(flagos_scalar)` comes here (the flagos value picks the kernel); a CUDA
-  // kernel fills a cpu tensor from a CUDA scalar's value, so does this one.
+  C10_NOINLINE bool is_host_read_value(const at::Tensor& t, uint16_t arg) const {
+    const auto& args = op_.schema().arguments();
+    return t.dim() == 0 && arg < args.size() &&
+           (args[arg].name() == "value" || args[arg].name() == "values") &&
+           takes_a_value_from_any_device(op_.schema().operator_name());
+  }
+
+  // `cpu_tensor.fill_(flagos_scalar)` (or index_fill_, or `cpu_tensor[i] = flagos_scalar`) comes
+  // here, the flagos value picking the kernel; CUDA's kernels fill a cpu tensor from a CUDA
+  // scalar's value, so do these. masked_fill_ is not among them: CUDA's refuses a cpu self.
   C10_NOINLINE bool is_filled_from_a_device_value(uint16_t arg) const {
     const auto& name = op_.schema().operator_name();
-    return arg == 0 && name.name == "aten::fill_" && name.overload_name == "Tensor";
+    return arg == 0 && name.name != "aten::masked_fill_" && takes_a_value_from_any_device(name);
   }
 
   [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {
@@ -135,6 +150,7 @@ class DeviceCheck {
   const c10::OperatorHandle& op_;
   bool flagos_generator_ = false;
   c10::DeviceIndex index_ = -1;
+  bool cpu_self_filled_ = false;
   std::optional<c10::Device> stray_;
   uint16_t stray_arg_ = 0;
 };

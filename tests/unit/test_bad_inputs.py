@@ -183,6 +183,22 @@ def test_fill_values_are_read_from_any_device_as_cuda_reads_them(path: str) -> N
         torch.testing.assert_close(filled.cpu(), torch.full((3,), 2.5))
         torch.testing.assert_close(cpu_filled, torch.full((3,), 2.5))
         torch.testing.assert_close(masked.cpu(), torch.zeros(3).masked_fill_(mask_cpu, 2.5))
+        # index_fill_ reads its value with .item() too, and index_put_ (`x[i] = v`) moves a
+        # one-element value to self's device first; a cpu self takes cpu indices.
+        index = torch.tensor([0, 2])
+        expected = torch.zeros(3).index_fill_(0, index, 2.5)
+        for device, idx in (("flagos:0", index.to("flagos:0")), ("cpu", index)):
+            by_index, by_mask = torch.zeros(3, device=device), torch.zeros(3, device=device)
+            by_index[idx] = value
+            by_mask[mask_cpu.to(device)] = value
+            index_filled = torch.zeros(3, device=device).index_fill_(0, idx, value)
+            for result in (by_index, by_mask, index_filled):
+                assert result.device == torch.device(device)
+                torch.testing.assert_close(result.cpu(), expected)
+        with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
+            torch.zeros(3, device="flagos:0").index_put_((index.to("flagos:0"),), value.expand(2))
+        with pytest.raises(RuntimeError, match="flagos:0 and cpu"):
+            torch.zeros(3, device="flagos:0").index_fill_(0, index, value)
         with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
             torch.zeros(3, device="flagos:0").add_(value)
         with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
