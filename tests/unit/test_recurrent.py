@@ -79,3 +79,34 @@ def test_recurrent_cells_match_cpu(kind: str) -> None:
 def test_recurrent_double_backward_matches_cpu(kind: str) -> None:
     torch.manual_seed(4)
     _compare(getattr(nn, kind)(3, 4), (torch.randn(2, 1, 3),), create_graph=True)
+
+
+N, H = 3, 4
+_LSTM = torch.ops.aten._thnn_fused_lstm_cell
+_GRU = torch.ops.aten._thnn_fused_gru_cell
+
+
+def _gates(count: int, rows: int = N, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(rows, count * H, device="flagos", dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: _LSTM(_gates(4), _gates(4), _gates(1, rows=1)), "prev_hidden.*12 elements"),
+        (lambda: _LSTM(_gates(4), _gates(4, rows=1), _gates(1)), "same size"),
+        (
+            lambda: _LSTM(_gates(4), _gates(4), _gates(1), _gates(1, 1)[0, :1], _gates(1, 1)[0]),
+            "input_bias.*16 elements",
+        ),
+        (lambda: _LSTM(_gates(4), _gates(4), _gates(1, dtype=torch.float64)), "same type"),
+        (lambda: _GRU(_gates(3), _gates(3), _gates(1, dtype=torch.float64)), "same type"),
+        (lambda: _GRU(_gates(3), _gates(3), _gates(1, rows=2)), "prev_hidden.*12 elements"),
+    ],
+    ids=["lstm_state", "lstm_hidden_gates", "lstm_bias", "lstm_dtype", "gru_dtype", "gru_state"],
+)
+def test_fused_cells_check_their_arguments_as_cuda_does(call, match: str) -> None:
+    # nn.LSTMCell / nn.GRUCell check first; a direct call of the aten operator must not
+    # broadcast a wrongly shaped state or bias, nor promote another dtype.
+    with pytest.raises(RuntimeError, match=match):
+        call()

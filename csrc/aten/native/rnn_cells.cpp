@@ -3,16 +3,61 @@
 #include "aten/native/optional_tensor.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros_like.h>
+
+#include <vector>
 
 namespace torch_fl::native {
 namespace {
 
 at::Tensor with_bias(const at::Tensor& gates, const std::optional<at::Tensor>& bias) {
   return defined(bias) ? gates + *bias : gates;
+}
+
+// The argument checks of CUDA's fused cells, with torch's messages: nn.LSTMCell and nn.GRUCell
+// check their inputs before calling these, direct calls of the aten operators do not (without
+// the checks a wrongly shaped state or bias would broadcast, another dtype promote).
+void check_cell(
+    at::CheckedFrom op,
+    const at::Tensor& input_gates,
+    const at::Tensor& hidden_gates,
+    const at::Tensor& prev_hidden,
+    const std::optional<at::Tensor>& input_bias,
+    const std::optional<at::Tensor>& hidden_bias,
+    int64_t gates_per_cell) {
+  const at::TensorArg input_arg{input_gates, "input_gates", 1};
+  const at::TensorArg hidden_arg{hidden_gates, "hidden_gates", 2};
+  const at::TensorArg prev_arg{prev_hidden, "prev_hidden", 3};
+  at::checkDim(op, input_arg, 2);
+  at::checkSameSize(op, input_arg, hidden_arg);
+  const int64_t gates_size = input_gates.size(1);
+  TORCH_CHECK(
+      gates_size % gates_per_cell == 0,
+      op,
+      ": the gates' second dimension (",
+      gates_size,
+      ") must be a multiple of ",
+      gates_per_cell);
+  at::checkNumel(op, prev_arg, input_gates.size(0) * (gates_size / gates_per_cell));
+  std::vector<at::TensorArg> same_type{input_arg, hidden_arg, prev_arg};
+  if (defined(input_bias) || defined(hidden_bias)) {
+    TORCH_CHECK(
+        defined(input_bias) && defined(hidden_bias),
+        op,
+        ": input_bias and hidden_bias must be given together");
+    const at::TensorArg input_bias_arg{*input_bias, "input_bias", 4};
+    const at::TensorArg hidden_bias_arg{*hidden_bias, "hidden_bias", 5};
+    at::checkDim(op, input_bias_arg, 1);
+    at::checkNumel(op, input_bias_arg, gates_size);
+    at::checkSameSize(op, input_bias_arg, hidden_bias_arg);
+    same_type.push_back(input_bias_arg);
+    same_type.push_back(hidden_bias_arg);
+  }
+  at::checkAllSameType(op, same_type);
 }
 
 } // namespace
@@ -23,6 +68,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
     const at::Tensor& cx,
     const std::optional<at::Tensor>& input_bias,
     const std::optional<at::Tensor>& hidden_bias) {
+  check_cell("_thnn_fused_lstm_cell", input_gates, hidden_gates, cx, input_bias, hidden_bias, 4);
   const auto gates =
       with_bias(with_bias(input_gates + hidden_gates, input_bias), hidden_bias).chunk(4, 1);
   const auto in = at::sigmoid(gates[0]);
@@ -71,6 +117,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(
     const at::Tensor& hx,
     const std::optional<at::Tensor>& input_bias,
     const std::optional<at::Tensor>& hidden_bias) {
+  check_cell("_thnn_fused_gru_cell", input_gates, hidden_gates, hx, input_bias, hidden_bias, 3);
   const auto i = with_bias(input_gates, input_bias).chunk(3, 1);
   const auto h = with_bias(hidden_gates, hidden_bias).chunk(3, 1);
   const auto reset = at::sigmoid(i[0] + h[0]);
