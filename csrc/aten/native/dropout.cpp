@@ -15,8 +15,8 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(c10::kBool))};
   }
-  // CPU's kernel draws its mask in the input's dtype and CUDA's dispatches floating types only:
-  // both refuse complex inputs, which a bool mask would otherwise let through.
+  // CUDA's kernel dispatches floating types only and refuses complex inputs, as this does (CPU's
+  // accepts them at this level; F.dropout refuses complex on both before reaching it).
   TORCH_CHECK_NOT_IMPLEMENTED(
       !input.is_complex(), "\"native_dropout\" not implemented for '", input.scalar_type(), "'");
   const double keep = 1. - p;
