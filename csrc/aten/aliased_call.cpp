@@ -93,9 +93,9 @@ at::Generator generator_for(const at::Generator& flagos, Mapping mapping) {
 // another dtype or layout.
 at::Tensor as_view_of_argument(const PreparedCall& call, int16_t arg, at::Tensor result) {
   const at::Tensor* source = nullptr;
-  for (const auto& [index, t] : call.view_sources) {
-    if (index == arg) {
-      source = &t;
+  for (const auto& view_source : call.view_sources) {
+    if (view_source.index == arg) {
+      source = &view_source.source;
     }
   }
   const auto excluded = c10::impl::tls_local_dispatch_key_set().excluded_;
@@ -113,6 +113,18 @@ at::Tensor as_view_of_argument(const PreparedCall& call, int16_t arg, at::Tensor
                     excluded;
   return at::_ops::as_strided::redispatch(
       keys, *source, result.sym_sizes(), result.sym_strides(), result.sym_storage_offset());
+}
+
+// The caller's tensor when the kernel returned the very tensor it was given for argument `arg`.
+const at::Tensor* argument_returned(
+    const PreparedCall& call, int16_t arg, const at::Tensor& result) {
+  for (const auto& view_source : call.view_sources) {
+    if (view_source.index == arg && view_source.given.defined() &&
+        view_source.given.unsafeGetTensorImpl() == result.unsafeGetTensorImpl()) {
+      return &view_source.source;
+    }
+  }
+  return nullptr;
 }
 
 } // namespace
@@ -222,8 +234,9 @@ void prepare_call(
     if (a.written) {
       call.written_args.emplace_back(a.index, v);
     }
-    if (a.view_source && v.isTensor() && is_flagos(v.toTensor())) {
-      call.view_sources.emplace_back(a.index, v.toTensor());
+    const bool view_source = a.view_source && v.isTensor() && is_flagos(v.toTensor());
+    if (view_source) {
+      call.view_sources.push_back({a.index, v.toTensor()});
     }
     switch (a.kind) {
       case ArgPlan::Kind::Tensor: {
@@ -328,6 +341,9 @@ void prepare_call(
         break;
       }
     }
+    if (view_source && v.isTensor() && !is_flagos(v.toTensor())) {
+      call.view_sources.back().given = v.toTensor();
+    }
   }
   if (shared) {
     shared->apply();
@@ -394,6 +410,12 @@ void finish_call(
         }
       }
     } else if (v.isTensor()) {
+      if (plan.has_views && plan.returns_view_of[r] >= 0) {
+        if (const auto* caller = argument_returned(call, plan.returns_view_of[r], v.toTensor())) {
+          v = *caller;
+          continue;
+        }
+      }
       v = relabel(std::move(v).toTensor());
       if (plan.has_views && plan.returns_view_of[r] >= 0) {
         v = as_view_of_argument(call, plan.returns_view_of[r], std::move(v).toTensor());

@@ -84,8 +84,16 @@ struct PreparedCall {
   c10::SmallVector<at::Tensor, 4> read;
   // The caller's IValues of written arguments, returned as the written results.
   c10::SmallVector<std::pair<uint16_t, c10::IValue>, 2> written_args;
-  // The caller's flagos tensors a result may be a view of (ArgPlan::returns_view_of).
-  c10::SmallVector<std::pair<uint16_t, at::Tensor>, 1> view_sources;
+  // The caller's flagos tensors a result may be a view of (ArgPlan::returns_view_of), with the
+  // tensor the kernel was given for each (undefined when the caller maps them; held, so no
+  // result can take its address): a kernel returning that very tensor returns the caller's, as a
+  // CPU kernel returning its argument does.
+  struct ViewSource {
+    uint16_t index;
+    at::Tensor source;
+    at::Tensor given;
+  };
+  c10::SmallVector<ViewSource, 1> view_sources;
 };
 
 // Checks devices and replaces the operator's arguments on the stack by native counterparts.

@@ -264,6 +264,7 @@ _CPU_ONLY = torch.library.Library("fl_test_cpu_only", "DEF")
 _CPU_ONLY.define("bump_(Tensor(a!) x) -> ()")
 _CPU_ONLY.define("bump_ret_(Tensor(a!) x) -> Tensor(a!)")
 _CPU_ONLY.define("middle(Tensor(a) x) -> Tensor(a)")
+_CPU_ONLY.define("same(Tensor(a) x) -> Tensor(a)")
 
 
 def _bump(x):
@@ -281,6 +282,7 @@ def _middle(x):
 _CPU_ONLY.impl("bump_", _bump, "CPU")
 _CPU_ONLY.impl("bump_ret_", _bump_ret, "CPU")
 _CPU_ONLY.impl("middle", _middle, "CPU")
+_CPU_ONLY.impl("same", lambda x: x, "CPU")
 
 
 @pytest.mark.parametrize("op", ["bump_", "bump_ret_"])
@@ -326,6 +328,22 @@ def test_a_cpu_kernel_returning_a_view_gives_an_autograd_view_as_on_cpu():
         results[device] = (base.detach().cpu(), x.grad.cpu(), view.detach().cpu())
     for flagos, cpu in zip(results["flagos"], results["cpu"], strict=True):
         torch.testing.assert_close(flagos, cpu)
+
+
+@pytest.mark.parametrize("copying", [False, True])
+def test_a_cpu_kernel_returning_its_argument_returns_the_callers_tensor(copying):
+    # On cpu `same(x) is x` (a leaf stays a leaf, in-place on it refused as on a leaf); flagos
+    # once returned a new as_strided view instead. Also through the host-copying fallback.
+    torch_fl._C._routing_set_force_copy_fallback(copying)
+    try:
+        for device in ("cpu", "flagos"):
+            x = torch.randn(3, device=device, requires_grad=True)
+            y = torch.ops.fl_test_cpu_only.same(x)
+            assert y is x and y.is_leaf and not y._is_view()
+            base = x * 2
+            assert torch.ops.fl_test_cpu_only.same(base) is base
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
 
 
 def test_a_cpu_tensor_has_no_kernel_of_a_flagos_operator():
