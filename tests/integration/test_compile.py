@@ -639,6 +639,28 @@ def test_compiled_code_on_a_non_default_stream():
     assert_close(out, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_accelerator_synchronize_inside_compiled_code():
+    # docs/compile.md says to use torch.accelerator.* inside compiled code; its synchronization
+    # has no device of its own, and Inductor wrote it (and freed the kernel's input) before the
+    # C++ kernel it still held back, which then read a freed name.
+    def fn(x):
+        y = x + 1
+        torch.accelerator.synchronize()
+        return y * 2
+
+    def fn_more(x, w):
+        h = torch.relu(x @ w)
+        torch.accelerator.synchronize()
+        return h.sum(0) + 1, x.mean()
+
+    x, w = rand(6, 4), rand(4, 3)
+    assert_close(torch.compile(fn)(x), fn(x.cpu()))
+    out = torch.compile(fn_more)(x, w)
+    for got, want in zip(out, fn_more(x.cpu(), w.cpu()), strict=True):
+        assert_on_flagos(got)
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 # -------------------------------------------------------------------------------- FlagTree
 
 

@@ -211,6 +211,18 @@ def _cpp_scheduling() -> type:
                     "kernels); leave it off (its default) for flagos graphs"
                 )
             super().__init__(scheduler)
+            # Inductor batches C++ kernels and writes their calls at the next flush, which it
+            # makes only before nodes with a device. A node without one (the synchronization
+            # `torch.accelerator.synchronize()` traces to) would be written before the kernels
+            # that precede it, and the wrapper would free their inputs first; in such graphs
+            # each node's kernels are written before the next node's.
+            self._flush_each_node: bool | None = None  # known once nodes are scheduled
+
+        def ready_to_flush(self) -> bool:
+            if self._flush_each_node is None:
+                nodes = getattr(self.scheduler, "nodes", None) or []
+                self._flush_each_node = any(n.is_extern() and n.get_device() is None for n in nodes)
+            return self._flush_each_node or super().ready_to_flush()
 
         def codegen_node(self, node: Any) -> None:
             with as_cpp_backend():
