@@ -2,6 +2,7 @@
 
 #include "aten/alias.h"
 #include "aten/autocast_mirror.h"
+#include "aten/autograd_boundary.h"
 #include "aten/device_check.h"
 #include "aten/nested/nested_alias.h"
 #include "aten/sparse/sparse_alias.h"
@@ -66,6 +67,7 @@ at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
     }
     return t.layout() == c10::kSparse ? native_sparse_alias(t, writes) : native_alias(t, writes);
   }
+  at::NoGradGuard copy_not_recorded; // a call joining histories records the copy itself
   return t.to(c10::Device(c10::DeviceType::CPU));
 }
 
@@ -220,6 +222,10 @@ void prepare_call(
   }
   const c10::DeviceIndex index = devices.finish();
   call.index = index;
+  if (C10_UNLIKELY(!call.defer_read_aliases && autograd_boundary::wanted(plan, *stack, begin))) {
+    call.autograd = true;
+    call.release_aliases = false; // the aliases carry history now
+  }
 
   // Aliases over one flagos storage share an alias storage when the call writes (see
   // SharedAliasStorage); copies are separate memory either way.
@@ -246,6 +252,9 @@ void prepare_call(
         const auto& t = v.toTensor();
         if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
           auto mapped = to_native(t, a.written, mapping);
+          if (C10_UNLIKELY(call.autograd)) {
+            autograd_boundary::join_argument(mapped, t, a.written, mapping == Mapping::Copy);
+          }
           if (a.written) {
             call.written.push_back({t, mapped, version_of(mapped)});
           } else if (call.release_aliases) {
@@ -270,6 +279,9 @@ void prepare_call(
         for (const at::Tensor& t : list) {
           if (is_flagos(t)) {
             auto mapped = to_native(t, a.written, mapping);
+            if (C10_UNLIKELY(call.autograd)) {
+              autograd_boundary::join_argument(mapped, t, a.written, mapping == Mapping::Copy);
+            }
             if (shared && a.written) {
               shared->add(t, mapped, a.written);
             }
@@ -372,6 +384,9 @@ void finish_call(
       } else {
         sync_from_alias(w.original, w.mapped);
       }
+      if (C10_UNLIKELY(call.autograd)) {
+        autograd_boundary::join_written(w.original, w.mapped, /*copied=*/false);
+      }
     } else {
       // The update was counted above (or by ADInplaceOrView for an ATen operator); writing
       // it back is not another one.
@@ -380,6 +395,9 @@ void finish_call(
         w.original.resize_(w.mapped.sizes());
       }
       w.original.copy_(w.mapped);
+      if (C10_UNLIKELY(call.autograd)) {
+        autograd_boundary::join_written(w.original, w.mapped, /*copied=*/true);
+      }
     }
   }
 
@@ -390,6 +408,7 @@ void finish_call(
   ResultRelabeler to_flagos(call.index, native_type, call.relabel_in_place);
   auto relabel = [&](at::Tensor t) -> at::Tensor {
     if (call.mapping == Mapping::Copy && t.defined() && t.device().type() == native_type) {
+      at::NoGradGuard copy_not_recorded; // a call joining histories records the copy itself
       return t.to(flagos);
     }
     if (t.defined() && t.layout() == c10::kSparse && t.device().type() == native_type) {
@@ -416,9 +435,21 @@ void finish_call(
           continue;
         }
       }
+      autograd_boundary::ResultHistory history;
+      if (C10_UNLIKELY(call.autograd)) {
+        history = autograd_boundary::history_of(v.toTensor());
+      }
       v = relabel(std::move(v).toTensor());
       if (plan.has_views && plan.returns_view_of[r] >= 0) {
+        const auto* relabelled = v.toTensor().unsafeGetTensorImpl();
         v = as_view_of_argument(call, plan.returns_view_of[r], std::move(v).toTensor());
+        if (v.toTensor().unsafeGetTensorImpl() != relabelled) {
+          continue; // an autograd view of the argument: its history is the argument's
+        }
+      }
+      if (C10_UNLIKELY(static_cast<bool>(history))) {
+        autograd_boundary::join_result(
+            v.toTensor(), std::move(history), call.mapping == Mapping::Copy);
       }
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> results;

@@ -79,6 +79,9 @@ struct PreparedCall {
   // Read-only flagos tensor arguments stay on the stack unmapped (device-checked) for the
   // caller to map (the flagos_python route gives kernels aliases it keeps between calls).
   bool defer_read_aliases = false;
+  // The kernel's own torch calls record autograd history (autograd_boundary.h): aliases and
+  // results are joined to the flagos tensors' history, and aliases are not handed back.
+  bool autograd = false;
   c10::SmallVector<Written, 2> written;
   // Aliases of read-only tensor arguments, kept when release_aliases is set.
   c10::SmallVector<at::Tensor, 4> read;

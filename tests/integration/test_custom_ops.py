@@ -445,3 +445,73 @@ def test_a_cpu_kernel_registered_after_the_first_call_is_used():
         )
     finally:
         del lib
+
+
+# ---- autograd through the kernels of operators without an autograd formula ----
+
+_NO_AUTOGRAD = torch.library.Library("fl_test_no_autograd", "DEF")
+_NO_AUTOGRAD.define("scale(Tensor x, float s) -> Tensor")
+_NO_AUTOGRAD.define("pair(Tensor[] xs, Tensor w) -> (Tensor, Tensor, Tensor)")
+_NO_AUTOGRAD.define("double_(Tensor(a!) x) -> ()")
+_NO_AUTOGRAD.define("axpy_(Tensor(a!) y, Tensor x, float a) -> Tensor(a!)")
+_NO_AUTOGRAD.impl("scale", lambda x, s: x * s, "CPU")
+_NO_AUTOGRAD.impl(
+    "pair", lambda xs, w: (xs[0] * w, (xs[0] + xs[1]).exp(), (xs[1] > 0).to(torch.int64)), "CPU"
+)
+
+
+def _double_(x):
+    x.mul_(2)
+
+
+_NO_AUTOGRAD.impl("double_", _double_, "CPU")
+_NO_AUTOGRAD.impl("axpy_", lambda y, x, a: y.add_(x, alpha=a), "CPU")
+
+
+def _no_autograd_run(device: str) -> list[torch.Tensor]:
+    ops_ = torch.ops.fl_test_no_autograd
+    torch.manual_seed(0)
+    leaves = [torch.randn(4, requires_grad=True) for _ in range(3)]
+    x, y, w = (t.detach().to(device).requires_grad_() for t in leaves)
+    a = ops_.scale(x, 3.0)  # functional
+    first, second, mask = ops_.pair([x, y], w)  # a list argument, several results
+    b = x * 1
+    ops_.double_(b)  # an in-place update of a non-leaf
+    c = y * 1
+    returned = ops_.axpy_(c, w, 0.5)
+    assert returned is c and mask.dtype == torch.int64 and not mask.requires_grad
+    loss = (a * a).sum() + (first * second).sum() + (b * b).sum() + (c * 3).sum()
+    loss.backward()
+    return [x.grad, y.grad, w.grad, a, first, second, b, c]
+
+
+@pytest.fixture(params=["aliases", "host copies"])
+def fallback_mapping(request):
+    # "host copies": the cpu_fallback of a device accelerator (its arguments copied to host).
+    torch_fl._C._routing_set_force_copy_fallback(request.param == "host copies")
+    yield request.param
+    torch_fl._C._routing_set_force_copy_fallback(False)
+
+
+@pytest.mark.filterwarnings("ignore:.*autograd kernel was not registered")
+def test_gradients_flow_through_a_cpu_kernel_without_an_autograd_formula(fallback_mapping):
+    # torch's fallback for such operators leaves autograd on inside the kernel, so on cpu the
+    # kernel's own torch calls record history. flagos once handed the kernel aliases without
+    # history: no gradient for the functional operators, a wrong one (silently) for the
+    # in-place one.
+    for got, want in zip(_no_autograd_run("flagos"), _no_autograd_run("cpu"), strict=True):
+        assert got.device.type == "flagos"
+        torch.testing.assert_close(got.detach().cpu(), want.detach())
+
+
+@pytest.mark.filterwarnings("ignore:.*autograd kernel was not registered")
+def test_an_in_place_update_through_such_a_kernel_is_refused_where_cpu_refuses_it(
+    fallback_mapping,
+):
+    for device in ("cpu", "flagos"):
+        leaf = torch.ones(3, device=device, requires_grad=True)
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            torch.ops.fl_test_no_autograd.double_(leaf)
+        with torch.no_grad():  # no history to record: allowed on both
+            torch.ops.fl_test_no_autograd.double_(leaf)
+        assert leaf.detach().cpu().tolist() == [2.0, 2.0, 2.0]  # refused before it wrote
