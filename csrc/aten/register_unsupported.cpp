@@ -49,8 +49,17 @@ constexpr const char* kCompressedFactories[] = {
     "sparse_bsc_tensor.ccol_row_value",
     "sparse_bsc_tensor.ccol_row_value_size"};
 
+// Accessors with composite kernels of their own, which win over the fallback below: torch's
+// zeros_like(..., layout=torch.sparse_csr) makes the tensor without a factory above and reads
+// it back through them.
+constexpr const char* kCompressedAccessors[] = {
+    "crow_indices", "col_indices", "ccol_indices", "row_indices"};
+
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   for (const char* name : kCompressedFactories) {
+    m.impl(name, refusal<kCompressed>());
+  }
+  for (const char* name : kCompressedAccessors) {
     m.impl(name, refusal<kCompressed>());
   }
 }

@@ -18,6 +18,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+import torch_fl
+
 FLAGOS = torch.device("flagos", 0)
 
 
@@ -186,6 +188,12 @@ def test_an_out_argument_that_is_also_an_input_is_one_tensor_to_the_kernel() -> 
     # torch.smm runs sspaddmm(r, s, d, out=r) on an empty r; the kernel treats r as its input
     # only when it is the same tensor as the output.
     s, d = _sparse((3, 3)), torch.randn(3, 4)
+    if torch_fl._C._native_device_type() == "cuda":
+        # CUDA has no sspaddmm kernel: flagos refuses what cuda tensors refuse.
+        for device in ("cuda", "flagos"):
+            with pytest.raises(RuntimeError, match="sspaddmm is not implemented"):
+                torch.smm(s.to(device), d.to(device))
+        return
     _same(torch.smm(s.to("flagos"), d.to("flagos")), torch.smm(s, d))
     for device in ("cpu", "flagos"):
         r = _sparse((3, 4), nnz=2, seed=1).to(device)
@@ -292,8 +300,20 @@ COMPRESSED_MESSAGE = "sparse COO layout.*not the compressed ones.*to_sparse_coo"
         lambda: torch.sparse_csr_tensor(
             torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2), device="flagos"
         ),
+        lambda: torch.zeros_like(torch.ones(2, 2, device="flagos"), layout=torch.sparse_csr),
+        lambda: torch.zeros_like(torch.ones(2, 2, device="flagos"), layout=torch.sparse_csc),
+        lambda: torch.zeros_like(torch.eye(2).to_sparse_csr(), device="flagos"),
     ],
-    ids=["csr_to", "bsr_to", "csc_to", "empty_csr", "csr_factory"],
+    ids=[
+        "csr_to",
+        "bsr_to",
+        "csc_to",
+        "empty_csr",
+        "csr_factory",
+        "zeros_like_csr",
+        "zeros_like_csc",
+        "zeros_like_of_cpu_csr",
+    ],
 )
 def test_compressed_layouts_are_refused_where_they_would_be_made(make) -> None:
     with pytest.raises(NotImplementedError, match=COMPRESSED_MESSAGE):

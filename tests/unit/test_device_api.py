@@ -88,6 +88,15 @@ def test_device_arguments_reject_other_device_types() -> None:
         F.set_device(1.5)
 
 
+@pytest.mark.parametrize("device", ["flagos", torch.device("flagos"), None])
+def test_set_device_needs_a_device_index_as_torch_cuda_does(device) -> None:
+    # torch.cuda.set_device("cuda") (or None) is refused: naming no index chooses no device.
+    before = F.current_device()
+    with pytest.raises(ValueError, match="specified index"):
+        F.set_device(device)
+    assert F.current_device() == before
+
+
 def test_invalid_index_errors_name_the_range() -> None:
     bad = F.device_count()
     message = rf"Invalid device flagos:{bad}.*flagos:0 to flagos:{bad - 1}"

@@ -58,6 +58,13 @@ def set_device(device: DeviceLike) -> None:
     """Makes `device` current; a negative int does nothing, as with torch.cuda.set_device."""
     if isinstance(device, int) and device < 0:
         return
+    as_device = torch.device(device) if isinstance(device, str) else device
+    unindexed = isinstance(as_device, torch.device) and as_device.type == _NAME
+    if device is None or (unindexed and as_device.index is None):
+        # torch.cuda.set_device's words: "the current device" is no choice of device.
+        raise ValueError(
+            f"Expected a torch.device with a specified index or an integer, but got:{device}"
+        )
     index = device_index(device)  # a flagos device's index from here on
     _lazy_init()  # as torch.cuda.set_device: choosing a device is using the runtime
     _C._set_device(index)

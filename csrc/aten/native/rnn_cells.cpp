@@ -57,7 +57,15 @@ void check_cell(
     same_type.push_back(input_bias_arg);
     same_type.push_back(hidden_bias_arg);
   }
-  at::checkAllSameType(op, same_type);
+  for (const auto& arg : same_type) {
+    // CUDA's kernels read every argument as the gates' scalar type, and say so.
+    TORCH_CHECK(
+        arg->scalar_type() == input_gates.scalar_type(),
+        "expected scalar type ",
+        input_gates.scalar_type(),
+        " but found ",
+        arg->scalar_type());
+  }
 }
 
 } // namespace
