@@ -98,6 +98,7 @@ def test_snapshot_is_what_torch_memory_tools_read(tmp_path) -> None:
 def test_cpu_accelerator_refuses_history_and_pool_arguments() -> None:
     with pytest.raises(NotImplementedError, match="records no allocation history"):
         torch.flagos.memory._record_memory_history()
+    torch.flagos.memory._record_memory_history(enabled=None)  # stopping is no error, as on cuda
     with pytest.raises(ValueError, match="has no private memory pools"):
         torch.flagos.memory_snapshot((0, 1))
 

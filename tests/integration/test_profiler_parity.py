@@ -106,3 +106,21 @@ def test_profile_memory_counts_flagos_memory_as_device_memory() -> None:
     assert averages["aten::mul"].device_memory_usage >= doubled.nbytes
     freed = [e for e in prof.events() if e.name == "[memory]" and e.device_memory_usage < 0]
     assert any(e.device_memory_usage <= -4_000_000 for e in freed)
+
+
+def test_a_live_flagos_result_is_not_also_counted_as_cpu_memory() -> None:
+    # On the cpu accelerator a kernel's result is host memory the CPU allocator made and
+    # reported; adopted as flagos memory, it must not stay counted as CPU memory too while the
+    # flagos tensor lives (on cuda such results show no CPU memory at all).
+    activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    x = torch.randn(256, 256, device="flagos")
+    with profile(activities=activities, profile_memory=True) as prof:
+        kept = [x @ x, x + 1]
+        dropped = x * 3
+        del dropped
+    averages = prof.key_averages()
+    assert sum(e.self_device_memory_usage for e in averages) >= sum(t.nbytes for t in kept)
+    assert sum(e.self_cpu_memory_usage for e in averages) == 0
+    with profile(activities=activities, profile_memory=True):
+        del kept  # freed while recording: balanced, no stray CPU free events
+    assert torch.ones(2, device="flagos").sum().item() == 2.0

@@ -304,6 +304,8 @@ def _record_memory_history(enabled: str | None = "all", *args: Any, **kwargs: An
     if not on_cpu_accelerator():
         torch.cuda.memory._record_memory_history(enabled, *args, **kwargs)
         return
+    if enabled is None:
+        return  # stopping: nothing records (a `finally:` that stops must not raise)
     raise NotImplementedError(
         "torch.flagos.memory._record_memory_history: the cpu accelerator's allocator records no "
         "allocation history; torch.flagos.memory_snapshot() lists its segments. Record history "

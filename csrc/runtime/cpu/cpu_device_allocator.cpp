@@ -117,6 +117,7 @@ struct CpuDeviceAllocator::AdoptedBlock {
   size_t size;
   c10::DeviceIndex device;
   CpuDeviceAllocator* owner;
+  bool cpu_report_taken_back = false; // see take_back_cpu_report
   AdoptedBlock* prev = nullptr;
   AdoptedBlock* next = nullptr;
 };
@@ -342,6 +343,24 @@ void CpuDeviceAllocator::free_block(void* ctx) {
   block->owner->release(block);
 }
 
+namespace {
+// The CPU allocator reported a kernel's result to the profiler as CPU memory when the kernel
+// made it, and reports the free when the memory goes, which for an adopted result is when the
+// flagos tensor goes: the memory would count twice, as CPU and as flagos memory, for the
+// tensor's whole life. Its CPU report is taken back when flagos adopts it and made again just
+// before the CPU allocator frees it, so the profiler counts it as CPU memory only while the
+// kernel ran. Only for the CPU allocator's own blocks (whose reports it keeps), only while a
+// profiler records memory.
+bool take_back_cpu_report(const c10::DataPtr& native) {
+  if (!c10::memoryProfilingEnabled() ||
+      native.get_deleter() != c10::GetDefaultCPUAllocator()->raw_deleter()) {
+    return false;
+  }
+  c10::profiledCPUMemoryReporter().Delete(native.get());
+  return true;
+}
+} // namespace
+
 c10::DataPtr CpuDeviceAllocator::adopt(
     c10::DataPtr&& native, size_t nbytes, c10::DeviceIndex device) {
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
@@ -380,6 +399,7 @@ c10::DataPtr CpuDeviceAllocator::adopt(
     report.emplace(ptr, static_cast<int64_t>(nbytes), st.stats);
   }
   report->send(device);
+  adopted->cpu_report_taken_back = take_back_cpu_report(adopted->native);
   return c10::DataPtr(ptr, adopted.release(), &CpuDeviceAllocator::free_adopted, where);
 }
 
@@ -398,6 +418,9 @@ void CpuDeviceAllocator::free_adopted(void* ctx) {
     report.emplace(adopted->native.get(), -static_cast<int64_t>(adopted->size), st.stats);
   }
   report->send(adopted->device);
+  if (adopted->cpu_report_taken_back) {
+    c10::profiledCPUMemoryReporter().New(adopted->native.get(), adopted->size);
+  }
   delete adopted; // releases the native allocation
 }
 
