@@ -4,6 +4,7 @@
 #include "runtime/graph_capture.h"
 #include "runtime/hooks.h"
 
+#include <ATen/Context.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceCapability.h>
@@ -102,6 +103,12 @@ const bool registered = [] {
   // Without it torch.accelerator.empty_host_cache() dereferenced a null allocator.
   at::setHostAllocator(c10::DeviceType::PrivateUse1, accelerator().host_allocator());
   at::RegisterPrivateUse1HooksInterface(new FlagosHooks());
+  // Tensor.is_pinned() answers false for an accelerator torch has not "initialized", and only
+  // a pinned allocation through flagos's hooks marks it so; on a CUDA build torch pins factory
+  // tensors (`torch.empty(n, pin_memory=True)`) through CUDA's hooks, so such a tensor read as
+  // unpinned. The flagos hooks' init() does nothing (the runtime starts on first use): marked
+  // now. (The cuda accelerator's answer still needs a CUDA context, as torch.cuda's does.)
+  at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
   return true;
 }();
 

@@ -40,6 +40,26 @@ def test_pinned_factories() -> None:
     assert torch.equal(torch.zeros(4, pin_memory=True), torch.zeros(4))
 
 
+def test_pinned_factories_read_as_pinned_in_a_fresh_process() -> None:
+    # On a CUDA build torch pins factory tensors through CUDA's hooks, which never marked flagos
+    # (the current accelerator, which is_pinned() asks) as started: they read as unpinned until
+    # some flagos pinning happened. Asking about a plain cpu tensor must not start CUDA.
+    script = """
+import torch, torch_fl
+plain = torch.randn(3).is_pinned()
+native = torch_fl._C._native_device_type()
+started = native == "cuda" and torch._C._cuda_hasPrimaryContext(0)
+made = [torch.empty(4, pin_memory=True), torch.zeros(4, pin_memory=True),
+        torch.empty_like(torch.ones(3), pin_memory=True)]
+print(plain, started, [t.is_pinned() for t in made])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "False False [True, True, True]", done.stdout
+
+
 def test_pinned_memory_freed_is_no_longer_pinned_address() -> None:
     pinned = torch.empty(1 << 16).pin_memory()
     pinned.fill_(1)

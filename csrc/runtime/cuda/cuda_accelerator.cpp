@@ -54,7 +54,14 @@ class CudaAccelerator final : public Accelerator {
     return &host_allocator_;
   }
   bool is_pinned_ptr(const void* ptr) const override {
-    return at::detail::getCUDAHooks().isPinnedPtr(ptr);
+    // As torch.cuda answers it: nothing is pinned before CUDA has a context, and asking CUDA
+    // then would make one (`cpu_tensor.is_pinned()` must not start the device).
+    const auto& cuda = at::detail::getCUDAHooks();
+    bool any_context = false;
+    for (c10::DeviceIndex i = 0; i < device_count() && !any_context; ++i) {
+      any_context = cuda.hasPrimaryContext(i);
+    }
+    return any_context && cuda.isPinnedPtr(ptr);
   }
   c10::Device device_from_ptr(void* ptr) const override {
     const auto device = at::detail::getCUDAHooks().getDeviceFromPtr(ptr);
