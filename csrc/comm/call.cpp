@@ -245,6 +245,9 @@ c10::intrusive_ptr<c10d::Work> Call::finish(
   if (!inner) {
     return inner;
   }
+  if (completion_) {
+    finalize_when_complete(*inner, completion_);
+  }
   c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<FlagOSWork>(
       pg_.getRank(),
       type,

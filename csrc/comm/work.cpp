@@ -56,21 +56,47 @@ void Completion::finalize() {
   if (done) {
     return;
   }
-  for (auto& t : divide) {
+  // Each step is dropped once done, so a call that failed part way (and is made again by
+  // wait() after the completion callback) never divides twice.
+  while (!divide.empty()) {
+    auto& t = divide.back();
     if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) {
       t.div_(divisor, "trunc");
     } else {
       t.div_(divisor);
     }
+    divide.pop_back();
   }
-  for (auto& [dst, src] : copy_backs) {
+  while (!copy_backs.empty()) {
+    auto& [dst, src] = copy_backs.back();
     // Native copy into the flagos memory: on a device accelerator a host-to-device copy on
     // the current stream that returns once the data is there.
     native_alias(dst).copy_(src);
+    copy_backs.pop_back();
   }
-  copy_backs.clear();
-  divide.clear();
   done = true;
+}
+
+void finalize_when_complete(c10d::Work& inner, const std::shared_ptr<Completion>& completion) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = inner.getFuture();
+  } catch (const std::exception&) {
+    return; // a work without a future (gloo's send/recv): finished by wait()
+  }
+  if (!future) {
+    return;
+  }
+  future->addCallback([completion](c10::ivalue::Future& f) {
+    if (f.hasError()) {
+      return; // wait() raises the collective's error
+    }
+    try {
+      completion->finalize();
+    } catch (const std::exception&) {
+      // Left for wait() (or synchronize()), which makes the call again and raises.
+    }
+  });
 }
 
 std::vector<at::Tensor> Results::get(const Aliases& aliases) const {

@@ -59,6 +59,12 @@ struct Completion {
   void finalize();
 };
 
+// Finalizes `completion` when `inner` completes, on whichever thread completes it (or at
+// wait(), whichever comes first): a collective whose work is never waited on (async_op=True,
+// the handle dropped, ranks synchronised by a barrier) leaves its result in the flagos tensors,
+// as a gloo or NCCL work on native tensors does.
+void finalize_when_complete(c10d::Work& inner, const std::shared_ptr<Completion>& completion);
+
 // The native aliases a zero-copy call handed the inner backend.
 using Aliases = c10::SmallVector<at::Tensor, 2>;
 

@@ -63,6 +63,16 @@ def _check(name: str, got, want, done: list[str], atol: float = 1e-5) -> None:
     done.append(name)
 
 
+def _wait_until_close(t, want, seconds: float = 10.0) -> None:
+    import time
+
+    import torch
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not torch.allclose(t.cpu().float(), want.float()):
+        time.sleep(0.01)
+
+
 def run_collectives(rank: int, world: int, device) -> list[str]:
     import torch
     import torch.distributed as dist
@@ -104,6 +114,21 @@ def run_collectives(rank: int, world: int, device) -> list[str]:
     work = dist.all_reduce(t, async_op=True)
     work.wait()
     _check("all_reduce async wait", t, stacked.sum(0), done)
+    # a work never waited on (its handle dropped, the ranks synchronised by a barrier): the
+    # result still lands, as a gloo or NCCL work's does, emulated reduce ops and host-staged
+    # copies included (they finish when the collective completes; polled a little, since that
+    # happens on the backend's thread)
+    for name, want in (("SUM", stacked.sum(0)), ("AVG", stacked.mean(0))):
+        t = inputs[rank].to(device)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, name), async_op=True)
+        dist.barrier()
+        _wait_until_close(t, want)
+        _check(f"all_reduce {name} never waited on", t, want, done)
+    t = torch.full((4, 6), float(rank), device=device)
+    dist.broadcast(t, src=world - 1, async_op=True)
+    dist.barrier()
+    _wait_until_close(t, torch.full((4, 6), float(world - 1)))
+    _check("broadcast never waited on", t, torch.full((4, 6), float(world - 1)), done)
     t = inputs[rank].to(device)
     fut = dist.all_reduce(t, async_op=True).get_future()
     chained = fut.then(lambda f: f.value()[0] * 2)
