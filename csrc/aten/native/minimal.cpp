@@ -45,9 +45,10 @@ void resize_impl(
   // stride (which set_sizes_and_strides would make contiguous) or an overflowing size is refused
   // with their message and leaves the tensor as it was.
   const auto itemsize = self->dtype().itemsize();
-  const size_t needed = stride.has_value()
-      ? at::detail::computeStorageNbytes(size, *stride, itemsize, self->storage_offset())
-      : at::detail::computeStorageNbytesContiguous(size, itemsize, self->storage_offset());
+  const size_t needed =
+      stride.has_value()
+          ? at::detail::computeStorageNbytes(size, *stride, itemsize, self->storage_offset())
+          : at::detail::computeStorageNbytesContiguous(size, itemsize, self->storage_offset());
   if (stride.has_value()) {
     self->set_sizes_and_strides(size, *stride);
   } else {

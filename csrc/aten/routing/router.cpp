@@ -437,24 +437,18 @@ void check_copy_fallback(OpEntry& e) {
 }
 
 void run_cpu_fallback(const c10::OperatorHandle& op, OpEntry& e, torch::jit::Stack* stack) {
-  if (C10_LIKELY(!is_device_accelerator() && !g_force_copy.load(std::memory_order_relaxed))) {
-    // The cpu accelerator: flagos memory is host memory, CPU kernels run on it zero-copy.
-    call_native(
-        op,
-        e.plan(),
-        stack,
-        c10::DispatchKey::CPU,
-        Mapping::Alias,
-        e.has_cpu_kernel.load(std::memory_order_relaxed));
-    return;
+  // On the cpu accelerator flagos memory is host memory: CPU kernels run on it zero-copy.
+  const bool zero_copy =
+      C10_LIKELY(!is_device_accelerator() && !g_force_copy.load(std::memory_order_relaxed));
+  if (!zero_copy) {
+    check_copy_fallback(e);
   }
-  check_copy_fallback(e);
   call_native(
       op,
       e.plan(),
       stack,
       c10::DispatchKey::CPU,
-      Mapping::Copy,
+      zero_copy ? Mapping::Alias : Mapping::Copy,
       e.has_cpu_kernel.load(std::memory_order_relaxed));
 }
 
