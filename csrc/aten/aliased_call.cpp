@@ -429,8 +429,9 @@ void finish_call(
         }
       }
     } else if (v.isTensor()) {
-      if (plan.has_views && plan.returns_view_of[r] >= 0) {
-        if (const auto* caller = argument_returned(call, plan.returns_view_of[r], v.toTensor())) {
+      const int16_t view_of = plan.has_views ? plan.returns_view_of[r] : int16_t{-1};
+      if (view_of >= 0) {
+        if (const auto* caller = argument_returned(call, view_of, v.toTensor())) {
           v = *caller;
           continue;
         }
@@ -440,9 +441,9 @@ void finish_call(
         history = autograd_boundary::history_of(v.toTensor());
       }
       v = relabel(std::move(v).toTensor());
-      if (plan.has_views && plan.returns_view_of[r] >= 0) {
+      if (view_of >= 0) {
         const auto* relabelled = v.toTensor().unsafeGetTensorImpl();
-        v = as_view_of_argument(call, plan.returns_view_of[r], std::move(v).toTensor());
+        v = as_view_of_argument(call, view_of, std::move(v).toTensor());
         if (v.toTensor().unsafeGetTensorImpl() != relabelled) {
           continue; // an autograd view of the argument: its history is the argument's
         }

@@ -211,12 +211,13 @@ struct State {
     e.bound_epoch = epoch;
   }
 
-  static bool refresh_and_resolve(State& s, const c10::OperatorHandle& op, OpEntry& e) {
-    std::lock_guard lock(s.mu);
-    if (!s.refresh_kernel_flags(e, op)) {
+  // Takes mu. Whether the flags changed (the route was then resolved again).
+  bool refresh_and_resolve(const c10::OperatorHandle& op, OpEntry& e) {
+    std::lock_guard lock(mu);
+    if (!refresh_kernel_flags(e, op)) {
       return false;
     }
-    s.resolve(e);
+    resolve(e);
     return true;
   }
 
@@ -814,7 +815,7 @@ static bool has_route_kernel(const OpEntry& e, Route r) {
 // `lib.impl`) is not announced to registration listeners: before a call is refused for want of
 // one, the dispatcher is asked again, and the route resolved again when the answer changed.
 static C10_NOINLINE bool refresh_kernels(const c10::OperatorHandle& op, OpEntry& e) {
-  return State::refresh_and_resolve(state(), op, e);
+  return state().refresh_and_resolve(op, e);
 }
 
 void route_call(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
