@@ -28,6 +28,9 @@ def test_basic_device_check_matches_cuda() -> None:
 
 
 def test_flagos_memory_is_cuda_pool_memory() -> None:
+    # torch.cuda's statistics read 0 until torch.cuda itself has been initialized (a flag of its
+    # Python module), whatever its pool holds; a process whose first test this is has not.
+    torch.cuda.init()
     torch.flagos.synchronize()
     before_flagos = torch.flagos.memory_allocated()
     before_cuda = torch.cuda.memory_allocated()
