@@ -294,3 +294,27 @@ def test_a_flagos_generator_for_cpu_tensors_is_named_as_the_problem(op) -> None:
         RuntimeError, match="Expected a 'cpu' device type for generator but found 'flagos'"
     ):
         op(torch.Generator("flagos"))
+
+
+@pytest.mark.usefixtures("two_devices")
+def test_default_generators_start_from_a_system_seed(python_subprocess) -> None:
+    # As CUDA's and CPU's: without a manual seed, each process and each device draws its own
+    # numbers (a fixed start made every unseeded run, and both devices, identical).
+    code = (
+        "import torch, torch_fl\n"
+        "print('SEEDS', torch.flagos.default_generator(0).initial_seed(),"
+        " torch.flagos.default_generator(1).initial_seed())\n"
+        "print('DRAWS', torch.rand(4, device='flagos:0').tolist(),"
+        " torch.rand(4, device='flagos:1').tolist())\n"
+    )
+    runs = []
+    for _ in range(2):
+        done = python_subprocess(code)
+        assert done.returncode == 0, done.stderr
+        runs.append({line.split(" ", 1)[0]: line for line in done.stdout.splitlines()})
+    fresh_seed = torch.Generator().initial_seed()  # what a generator nobody seeded starts from
+    for run in runs:
+        seeds = [int(s) for s in run["SEEDS"].split()[1:]]
+        assert seeds[0] != seeds[1] and fresh_seed not in seeds
+    assert runs[0]["SEEDS"] != runs[1]["SEEDS"]
+    assert runs[0]["DRAWS"] != runs[1]["DRAWS"]

@@ -103,8 +103,12 @@ class CpuAccelerator final : public Accelerator {
   }
   at::Generator default_native_generator(c10::DeviceIndex index) const override {
     // Independent of the CPU's own default generator; native_dropout, the one kernel that
-    // draws without a generator argument, has a flagos kernel on this accelerator.
-    return make_native_generator(index);
+    // draws without a generator argument, has a flagos kernel on this accelerator. Seeded from
+    // the system as CUDA's and CPU's default generators are: without a manual seed every
+    // process and device draws different numbers.
+    auto generator = make_native_generator(index);
+    generator.seed();
+    return generator;
   }
   DeviceProperties properties(c10::DeviceIndex index) const override {
     check_device_index(index);
