@@ -44,13 +44,16 @@ class DeviceCheck {
     if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
       if (index_ < 0) {
         index_ = device.index();
-      } else if (C10_UNLIKELY(device.index() != index_) && !is_host_read_value(t, arg)) {
+      } else if (
+          C10_UNLIKELY(device.index() != index_) && !is_host_read_value(t, arg) &&
+          !is_moved_by_the_kernel(arg)) {
         fail(device, arg);
       }
       return;
     }
     if (device.type() == c10::DeviceType::CPU) {
-      if (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) || cpu_self_filled_) {
+      if (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) || cpu_self_filled_ ||
+          is_moved_by_the_kernel(arg)) {
         return;
       }
       if (is_filled_from_a_device_value(arg)) {
@@ -116,6 +119,15 @@ class DeviceCheck {
     return t.dim() == 0 && arg < args.size() &&
            (args[arg].name() == "value" || args[arg].name() == "values") &&
            takes_a_value_from_any_device(op_.schema().operator_name());
+  }
+
+  // bernoulli_.Tensor's probabilities: CPU's and CUDA's kernels move `p` to self's device
+  // themselves, so it may sit on any device, whatever its shape.
+  C10_NOINLINE bool is_moved_by_the_kernel(uint16_t arg) const {
+    const auto& args = op_.schema().arguments();
+    const auto& name = op_.schema().operator_name();
+    return arg < args.size() && args[arg].name() == "p" && name.overload_name == "Tensor" &&
+           name.name == "aten::bernoulli_";
   }
 
   // `cpu_tensor.fill_(flagos_scalar)` (or index_fill_, or `cpu_tensor[i] = flagos_scalar`) comes

@@ -207,6 +207,23 @@ def test_fill_values_are_read_from_any_device_as_cuda_reads_them(path: str) -> N
         torch_fl._C._routing_set_force_copy_fallback(False)
 
 
+@pytest.mark.usefixtures("two_devices")
+@pytest.mark.parametrize("path", ["aliases", "boxed copying"])
+def test_bernoulli_probabilities_may_sit_on_any_device(path: str) -> None:
+    # CPU's and CUDA's bernoulli_.Tensor move `p` to self's device themselves.
+    torch_fl._C._routing_set_force_copy_fallback(path != "aliases")
+    try:
+        p_cpu = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0])
+        for p in (p_cpu, p_cpu.to("flagos:1"), p_cpu.to("flagos:0")):
+            drawn = torch.full((5,), 7.0, device="flagos:0").bernoulli_(p)
+            assert drawn.device == torch.device("flagos", 0)
+            torch.testing.assert_close(drawn.cpu(), p_cpu)  # probabilities 0 and 1 are exact
+        with pytest.raises(RuntimeError, match="flagos:0 and flagos:1"):
+            torch.zeros(5, device="flagos:0").add_(p_cpu.to("flagos:1"))  # others still refuse
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
+
+
 def test_cpu_index_tensor_allowed_for_flagos_indexing() -> None:
     src_cpu = torch.arange(10.0)
     src = src_cpu.to("flagos")
