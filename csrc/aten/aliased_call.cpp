@@ -4,6 +4,7 @@
 #include "aten/autocast_mirror.h"
 #include "aten/autograd_boundary.h"
 #include "aten/device_check.h"
+#include "aten/host_copy.h"
 #include "aten/nested/nested_alias.h"
 #include "aten/sparse/sparse_alias.h"
 #include "runtime/accelerator.h"
@@ -60,7 +61,9 @@ std::optional<ArgPlan::Kind> kind_of(const c10::TypePtr& type) {
   }
 }
 
-at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
+// `mirror` receives the host span of a written tensor the Copy mapping mirrors (host_copy.h).
+at::Tensor to_native(
+    const at::Tensor& t, bool writes, Mapping mapping, c10::Storage* mirror = nullptr) {
   if (mapping == Mapping::Alias) {
     if (t.is_nested()) {
       return native_nested_alias(t); // kernels write into its buffer, never resize it
@@ -68,7 +71,11 @@ at::Tensor to_native(const at::Tensor& t, bool writes, Mapping mapping) {
     return t.layout() == c10::kSparse ? native_sparse_alias(t, writes) : native_alias(t, writes);
   }
   at::NoGradGuard copy_not_recorded; // a call joining histories records the copy itself
-  return t.to(c10::Device(c10::DeviceType::CPU));
+  auto copy = host_copy_for_kernel(t, writes);
+  if (mirror != nullptr) {
+    *mirror = std::move(copy.mirror);
+  }
+  return std::move(copy.tensor);
 }
 
 uint32_t version_of(const at::Tensor& t) {
@@ -251,12 +258,13 @@ void prepare_call(
         }
         const auto& t = v.toTensor();
         if (is_flagos(t) && (a.written || !call.defer_read_aliases)) {
-          auto mapped = to_native(t, a.written, mapping);
+          c10::Storage mirror;
+          auto mapped = to_native(t, a.written, mapping, &mirror);
           if (C10_UNLIKELY(call.autograd)) {
             autograd_boundary::join_argument(mapped, t, a.written, mapping == Mapping::Copy);
           }
           if (a.written) {
-            call.written.push_back({t, mapped, version_of(mapped)});
+            call.written.push_back({t, mapped, version_of(mapped), std::move(mirror)});
           } else if (call.release_aliases) {
             call.read.push_back(mapped);
           }
@@ -278,7 +286,8 @@ void prepare_call(
         mapped_list.reserve(list.size());
         for (const at::Tensor& t : list) {
           if (is_flagos(t)) {
-            auto mapped = to_native(t, a.written, mapping);
+            c10::Storage mirror;
+            auto mapped = to_native(t, a.written, mapping, &mirror);
             if (C10_UNLIKELY(call.autograd)) {
               autograd_boundary::join_argument(mapped, t, a.written, mapping == Mapping::Copy);
             }
@@ -286,7 +295,7 @@ void prepare_call(
               shared->add(t, mapped, a.written);
             }
             if (a.written) {
-              call.written.push_back({t, mapped, version_of(mapped)});
+              call.written.push_back({t, mapped, version_of(mapped), std::move(mirror)});
             }
             mapped_list.push_back(std::move(mapped));
           } else {
@@ -391,10 +400,7 @@ void finish_call(
       // The update was counted above (or by ADInplaceOrView for an ATen operator); writing
       // it back is not another one.
       at::AutoDispatchBelowADInplaceOrView not_versioned;
-      if (w.original.sizes() != w.mapped.sizes()) {
-        w.original.resize_(w.mapped.sizes());
-      }
-      w.original.copy_(w.mapped);
+      write_back_host_copy(w.original, w.mapped, w.mirror);
       if (C10_UNLIKELY(call.autograd)) {
         autograd_boundary::join_written(w.original, w.mapped, /*copied=*/true);
       }

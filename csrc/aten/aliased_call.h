@@ -67,6 +67,7 @@ struct PreparedCall {
     at::Tensor original;
     at::Tensor mapped;
     uint32_t mapped_version; // a Python kernel's in-place update bumps the mapped tensor's
+    c10::Storage mirror;     // Copy mapping: the host span of a mirrored tensor (host_copy.h)
   };
   c10::DeviceIndex index = -1;
   Mapping mapping = Mapping::Alias;

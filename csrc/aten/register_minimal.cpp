@@ -11,6 +11,9 @@
 #include "aten/routing/router.h"
 
 #include <ATen/ops/nonzero_static_ops.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
 namespace torch_fl {
@@ -22,6 +25,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(native::as_strided));
   m.impl("view", TORCH_FN(native::view));
   m.impl("_reshape_alias", TORCH_FN(native::reshape_alias));
+  // Device-generic metadata views: as flagos kernels they share the caller's storage on every
+  // route (a copying cpu_fallback would return copies that autograd takes for views).
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", TORCH_FN(native::resize_));
   m.impl("_copy_from", TORCH_FN(native::copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(native::copy_from_and_resize));

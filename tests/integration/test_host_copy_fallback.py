@@ -1,0 +1,152 @@
+"""Layouts through the cpu_fallback that copies to host (a device accelerator's, and every
+operator of a default dcu build): written tensors, views and out= results behave as on CPU.
+
+On the cpu accelerator the copying fallback is forced with the test hook the other routing tests
+use; each test also runs with zero-copy aliases, which must agree with CPU the same way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import torch_fl
+
+
+@pytest.fixture(params=["aliases", "host copies"], autouse=True)
+def fallback_mapping(request):
+    torch_fl._C._routing_set_force_copy_fallback(request.param == "host copies")
+    yield request.param
+    torch_fl._C._routing_set_force_copy_fallback(False)
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("device", ["cpu", "flagos"])
+def test_metadata_views_share_the_callers_memory(device: str) -> None:
+    a = torch.zeros(6, device=device)
+    windows = a.unfold(0, 2, 2)
+    assert shares_memory(windows, a) and windows._base is a
+    windows[0, 0] = 5
+    z = torch.zeros(3, dtype=torch.complex64, device=device)
+    z.real.fill_(1)
+    z.imag.fill_(2)
+    pairs = torch.zeros(3, 2, device=device)
+    torch.view_as_complex(pairs)[0] = 1 + 2j
+    assert a.tolist() == [5.0, 0, 0, 0, 0, 0]
+    assert z.cpu().tolist() == [1 + 2j] * 3
+    assert pairs[0].tolist() == [1.0, 2.0]
+
+
+def test_an_in_place_update_through_unfold_reaches_the_gradient() -> None:
+    def run(device: str) -> torch.Tensor:
+        x = torch.arange(6.0, device=device, requires_grad=True)
+        y = x * 1
+        y.unfold(0, 2, 2).mul_(3)
+        (y * y).sum().backward()
+        return x.grad.cpu()
+
+    torch.testing.assert_close(run("flagos"), run("cpu"))
+
+
+OUT_CASES: dict[str, Callable[[str], torch.Tensor]] = {
+    "add of a channels-last input": lambda d: torch.add(
+        torch.arange(120.0, device=d)
+        .reshape(2, 3, 4, 5)
+        .contiguous(memory_format=torch.channels_last),
+        1,
+        out=torch.empty(0, device=d),
+    ),
+    "exp of a transposed input": lambda d: torch.exp(
+        torch.arange(20.0, device=d).reshape(5, 4).t(), out=torch.empty(0, device=d)
+    ),
+    "sort of a transposed input": lambda d: torch.sort(
+        torch.arange(20.0, device=d).reshape(5, 4).t(),
+        0,
+        out=(torch.empty(0, device=d), torch.empty(0, dtype=torch.long, device=d)),
+    )[0],
+}
+
+
+@pytest.mark.parametrize("case", OUT_CASES)
+def test_out_tensors_the_kernel_resizes_take_its_strides(case: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want, got = OUT_CASES[case]("cpu"), OUT_CASES[case]("flagos")
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_a_resized_out_view_writes_its_storage_in_the_kernels_order() -> None:
+    def run(device: str) -> torch.Tensor:
+        base = torch.zeros(30, device=device)
+        t = torch.arange(20.0, device=device).reshape(5, 4).t()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.add(t, 1, out=base[:2])
+        return base.cpu()
+
+    torch.testing.assert_close(run("flagos"), run("cpu"))
+
+
+def expanded(device: str) -> torch.Tensor:
+    return torch.zeros(1, 6, device=device).expand(4, 6)
+
+
+def ones(shape: tuple[int, ...], device: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.ones(shape, device=device, dtype=dtype)
+
+
+# Written tensors whose elements overlap: CPU's kernels decide (write, warn or refuse), so flagos
+# must come to the same decision and leave the same memory.
+OVERLAP_CASES: dict[str, Callable[[str], object]] = {
+    "zero_": lambda d: expanded(d).zero_(),
+    "fill_": lambda d: expanded(d).fill_(1),
+    "masked_fill_": lambda d: expanded(d).masked_fill_(ones((4, 6), d, torch.bool), 1.0),
+    "index_fill_": lambda d: expanded(d).index_fill_(1, torch.tensor([0, 2], device=d), 3.0),
+    "tril_": lambda d: expanded(d).tril_(),
+    "sum out= expanded": lambda d: torch.sum(ones((4, 6, 3), d), 2, out=expanded(d)),
+    "zeros out= expanded": lambda d: torch.zeros(4, 6, out=expanded(d)),
+    "masked_select out= expanded": lambda d: torch.masked_select(
+        ones((4, 6), d), ones((4, 6), d, torch.bool), out=expanded(d)
+    ),
+    "add_ into expanded": lambda d: expanded(d).add_(1),
+    "overlapping as_strided fill_": lambda d: (
+        torch.zeros(8, device=d).as_strided((3, 4), (1, 1)).fill_(2)
+    ),
+}
+
+
+def outcome(case: str, device: str) -> tuple[str, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            OVERLAP_CASES[case](device)
+            result = "ok"
+        except RuntimeError as error:
+            result = "refused: " + str(error).split("\n")[0]
+    messages = sorted({str(w.message).split("\n")[0] for w in caught})
+    return result, messages
+
+
+@pytest.mark.parametrize("case", OVERLAP_CASES)
+def test_overlapping_written_tensors_are_judged_as_on_cpu(case: str) -> None:
+    assert outcome(case, "flagos") == outcome(case, "cpu")
+
+
+@pytest.mark.filterwarnings("ignore:Use of index_fill_ on expanded tensors is deprecated")
+def test_overlapping_written_tensors_leave_the_same_memory() -> None:
+    def run(device: str) -> list[torch.Tensor]:
+        base = torch.zeros(1, 6, device=device)
+        base.expand(4, 6).index_fill_(1, torch.tensor([1, 4], device=device), 7.0)
+        strided = torch.arange(8.0, device=device)
+        strided.as_strided((3, 4), (1, 1)).add_(1)
+        return [base.cpu(), strided.cpu()]
+
+    for got, want in zip(run("flagos"), run("cpu"), strict=True):
+        torch.testing.assert_close(got, want)
