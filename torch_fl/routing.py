@@ -91,11 +91,18 @@ def _chosen_table(build_config: ModuleType) -> tuple[Path, str]:
     return table_path_for(build_config), f"build record (ACCELERATOR={build_config.ACCELERATOR!r})"
 
 
+# The table chosen at import (path, how), which load_table() goes back to: the environment and
+# the working directory of that moment, not of the later call.
+_import_choice: tuple[Path, str] | None = None
+
+
 def _load_at_import(build_config: ModuleType) -> None:
     """Loads the table in force and the FLAGOS_OP_*/FLAGOS_LOG/FLAGOS_STRICT variables; errors
     raise here, so at `import torch_fl`."""
+    global _import_choice
     path, origin = _chosen_table(build_config)
     _C._routing_load(str(path), origin)
+    _import_choice = (path, origin)
 
 
 def load_table(path: str | os.PathLike | None = None) -> None:
@@ -107,7 +114,7 @@ def load_table(path: str | os.PathLike | None = None) -> None:
     from torch_fl import _build_config, flaggems
 
     if path is None:
-        chosen, origin = _chosen_table(_build_config)
+        chosen, origin = _import_choice or _chosen_table(_build_config)
     else:
         chosen, origin = Path(path).expanduser().resolve(), "torch_fl.routing.load_table"
     _C._routing_load_table(str(chosen), origin)
@@ -236,7 +243,14 @@ def register_provider(provider: ModuleType | Mapping[str, Callable]) -> list[str
             )
     if not isinstance(kernels, Mapping):
         raise TypeError(f"a provider is a module or a mapping, got {type(provider).__name__}")
-    names = [_canonical(op) for op in kernels]  # validate every name before registering any
+    # Validate every entry before registering any, so a bad one registers nothing.
+    names = [_canonical(op) for op in kernels]
+    for op, fn in kernels.items():
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"register_provider: the kernel for {op!r} must be callable, got "
+                f"{type(fn).__name__}; nothing was registered"
+            )
     for op, fn in kernels.items():
         register_python_kernel(op, fn)
     return names
@@ -258,9 +272,10 @@ def reset_stats() -> None:
 
 
 class _Strict:
-    """``strict()`` reads the mode, ``strict(True)`` sets it, ``with strict(): ...`` sets it for
-    a block. In strict mode an operator that would run on cpu_fallback with host copies (on a
-    device accelerator) raises an error naming it instead."""
+    """``strict(None)`` reads the mode, ``strict()`` or ``strict(True)`` sets it, ``with
+    strict(): ...`` sets it for a block. In strict mode an operator that would run on
+    cpu_fallback with host copies (on a device accelerator) raises an error naming it
+    instead."""
 
     def __init__(self, previous: bool) -> None:
         self._previous = previous
@@ -281,6 +296,10 @@ class _Strict:
 def strict(enabled: bool | None = True) -> _Strict:
     """Sets strict mode (True by default; None only reads it); usable as a context manager,
     which restores the previous mode."""
+    if enabled is not None and not isinstance(enabled, bool):
+        raise TypeError(
+            f"strict(enabled): expected True, False or None (to read the mode), got {enabled!r}"
+        )
     previous = bool(_C._routing_strict())
     if enabled is not None:
         _C._routing_set_strict(bool(enabled))

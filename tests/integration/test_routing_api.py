@@ -304,3 +304,19 @@ def test_route_changes_while_threads_dispatch():
     counts = routing.stats()["aten::add.Tensor"]
     assert sum(counts.values()) == 7 * 300
     assert set(counts) <= {"flagos_python", "cpu_fallback"}
+
+
+def test_strict_reads_without_changing_and_takes_only_booleans():
+    assert not routing.strict(None)
+    assert not routing.strict(None)  # reading twice leaves it off
+    for value in ("false", "off", 1, 0.0):
+        with pytest.raises(TypeError, match=r"expected True, False or None"):
+            routing.strict(value)
+    assert not routing.strict(None)
+
+
+def test_a_provider_with_a_bad_kernel_registers_nothing():
+    before = routing.python_kernels()
+    with pytest.raises(TypeError, match=r"'aten::neg'|'neg'.*must be callable.*nothing"):
+        routing.register_provider({"abs": lambda x: x.abs(), "neg": 3})
+    assert routing.python_kernels() == before

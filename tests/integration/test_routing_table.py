@@ -352,3 +352,84 @@ def test_info_command():
     assert routing.get_route("aten::relu") != "flagos_python"
     assert f"flagos_python: {table_count + 1}" in out
     assert "aten::relu -> flagos_python (FLAGOS_OP_relu)" in out
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        (b"rel\xffu = cpu_fallback\n", r"rel\xffu = cpu_fallback"),  # not UTF-8
+        (
+            b"\xef\xbb\xbfrelu = cpu_fallback\n",
+            r"\ufeffrelu = cpu_fallback",
+        ),  # an invisible byte-order mark
+        (b"relu = cpu_fallback\x00\n", r"relu = cpu_fallback\x00"),  # a NUL ended the message
+    ],
+)
+def test_stray_bytes_are_shown_escaped_with_file_and_line(tmp_path, text, shown):
+    path = tmp_path / "bytes.conf"
+    path.write_bytes(b"# first line\n" + text)
+    with pytest.raises(RuntimeError) as err:
+        routing.load_table(path)
+    message = str(err.value)
+    assert f"{path}:2: " in message and shown in message
+    assert message.rstrip().endswith(shown)  # the line itself is echoed, escaped
+
+
+def test_stray_bytes_in_variables_are_shown_escaped():
+    # os.environb carries the byte as is; Python's own decoding of os.environ escapes it.
+    code = (
+        "import os, sys, torch\n"
+        "try:\n"
+        "    import torch_fl\n"
+        "except RuntimeError as e:\n"
+        "    sys.stdout.buffer.write(str(e).encode('ascii', 'backslashreplace'))\n"
+    )
+    full = {k.encode(): v.encode() for k, v in os.environ.items()}
+    full = {k: v for k, v in full.items() if not k.startswith((b"FLAGOS_OP_", b"FLAGOS_LOG"))}
+    full.pop(b"FLAGOS_BACKEND_CONFIG", None)
+    full.pop(b"FLAGOS_STRICT", None)
+    full[b"PYTHONPATH"] = str(ROOT).encode()
+    full[b"TORCH_DEVICE_BACKEND_AUTOLOAD"] = b"0"
+    for name, value, shown in [
+        (b"FLAGOS_OP_relu", b"cpu\xff", r"FLAGOS_OP_relu=cpu\xff: unknown route 'cpu\xff'"),
+        (b"FLAGOS_STRICT", b"on\xff", r"FLAGOS_STRICT='on\xff' is not a boolean"),
+        (b"FLAGOS_LOG", b"all\xff", r"FLAGOS_LOG='all\xff'"),
+    ]:
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            env={**full, name: value},
+            cwd=ROOT,
+            timeout=240,
+        )
+        assert shown in r.stdout.decode(), (name, r.stdout, r.stderr[-2000:])
+
+
+def test_load_table_without_a_path_goes_back_to_the_import_time_choice(tmp_path):
+    for name, line in (("a", "relu = cpu_fallback\n"), ("b", "add.Tensor = cpu_fallback\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.conf").write_text(line)
+    # The relative path is resolved against the directory of the import.
+    code = (
+        "import os, torch_fl\n"
+        "from torch_fl import routing\n"
+        "first = routing.active_table()['path']\n"
+        f"os.chdir({str(tmp_path / 'b')!r})\n"
+        "os.environ['FLAGOS_BACKEND_CONFIG'] = '/no/such/table.conf'\n"
+        "routing.load_table('t.conf')\n"
+        "assert routing.active_table()['path'] != first\n"
+        "routing.load_table()\n"
+        "print('BACK', routing.active_table()['path'] == first, first)\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("FLAGOS_OP_", "FLAGOS_LOG"))}
+    full.update(PYTHONPATH=str(ROOT), FLAGOS_BACKEND_CONFIG="t.conf")
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=tmp_path / "a",
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"BACK True {tmp_path / 'a' / 't.conf'}" in r.stdout

@@ -76,25 +76,69 @@ bool is_identifier(const std::string& s) {
   return true;
 }
 
-// Printable form of a line for error messages (control bytes escaped, long lines cut).
+// The length of the valid UTF-8 sequence starting at text[i], or 0.
+size_t utf8_length(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t n = 0;
+  uint32_t code = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, code = lead & 0x1f;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, code = lead & 0x0f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, code = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) {
+    return 0;
+  }
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) {
+      return 0;
+    }
+    code = (code << 6) | (byte(i + k) & 0x3f);
+  }
+  const bool overlong = (n == 3 && code < 0x800) || (n == 4 && code < 0x10000);
+  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+  return overlong || surrogate || code > 0x10ffff ? 0 : n;
+}
+
+// Printable form of a line for error messages (escaped, long lines cut).
 std::string shown(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (out.size() > 200) {
-      out += "...";
-      break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
+  std::string out = printable(text);
+  if (out.size() > 200) {
+    out.resize(200);
+    out += "...";
   }
   return out;
 }
+
+} // namespace
+
+std::string printable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t n = c >= 0x80 ? utf8_length(text, i) : 1;
+    if (n == 3 && text.compare(i, 3, "\xef\xbb\xbf") == 0) {
+      out += "\\ufeff";
+    } else if (n > 1 || (c < 0x80 && ((c >= 0x20 && c != 0x7f) || c == '\n'))) {
+      out.append(text, i, n);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    }
+    i += n == 0 ? 1 : n;
+  }
+  return out;
+}
+
+namespace {
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -160,7 +204,8 @@ class Parser {
   [[noreturn]] void fail(
       const std::string& path, int number, const std::string& raw, const std::string& what) {
     std::ostringstream os;
-    os << path << ":" << number << ": " << what << "\n  " << number << " | " << shown(raw);
+    os << printable(path) << ":" << number << ": " << printable(what) << "\n  " << number << " | "
+       << shown(raw);
     throw ConfError(os.str());
   }
 
@@ -428,7 +473,8 @@ std::vector<Entry> parse_file(const std::string& path, const Options& options) {
     text = options.read_file(normal_path(path));
   }
   if (!text) {
-    throw ConfError("cannot read routing table '" + path + "': " + unreadable_reason(path));
+    throw ConfError(
+        "cannot read routing table '" + printable(path) + "': " + unreadable_reason(path));
   }
   return parse_text(*text, path, options);
 }

@@ -75,6 +75,11 @@ std::vector<Entry> parse_file(const std::string& path, const Options& options);
 // not an operator name at all.
 std::optional<std::string> canonical_op_name(const std::string& text);
 
+// `text` safe to show in an error message: bytes that are not valid UTF-8, control bytes (all
+// but newline) and the invisible byte-order mark are written as escapes (`\xff`, `\ufeff`), so
+// a stray byte can neither hide nor break the message (Python decodes messages as UTF-8).
+std::string printable(const std::string& text);
+
 // Reads a file from disk (the library's Options::read_file).
 std::optional<std::string> read_disk_file(const std::string& path);
 

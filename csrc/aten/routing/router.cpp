@@ -617,7 +617,8 @@ void register_direct_kernels() {
     // FLAGOS_FAST_PATH=0 registers the boxed router for every operator (for comparison and
     // as an escape hatch should a fast kernel misbehave).
     const char* fast_env = std::getenv("FLAGOS_FAST_PATH");
-    const bool use_fast = fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", fast_env);
+    const bool use_fast =
+        fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", conf::printable(fast_env).c_str());
     auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
         torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     const auto native_key = accelerator().native_dispatch_key();
@@ -950,17 +951,18 @@ void load(const std::string& path, const std::string& origin) {
   uint32_t log = 0;
   bool strict_mode = false;
   if (const char* v = std::getenv("FLAGOS_LOG")) {
-    log = parse_log(v);
+    log = parse_log(conf::printable(v).c_str());
   }
   if (const char* v = std::getenv("FLAGOS_STRICT")) {
-    strict_mode = parse_bool("FLAGOS_STRICT", v);
+    strict_mode = parse_bool("FLAGOS_STRICT", conf::printable(v).c_str());
   }
   const size_t prefix = std::strlen(kOpEnvPrefix);
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
-    const std::string item(*p);
-    if (item.compare(0, prefix, kOpEnvPrefix) != 0) {
+    if (std::strncmp(*p, kOpEnvPrefix, prefix) != 0) {
       continue;
     }
+    // Valid names and routes are ASCII; anything else is shown escaped in the error.
+    const std::string item = conf::printable(*p);
     const auto eq = item.find('=');
     const std::string variable = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
