@@ -27,10 +27,20 @@ def test_basic_device_check_matches_cuda() -> None:
     torch.testing.assert_close(result.cpu(), reference.cpu())
 
 
+def test_torch_cuda_counts_flagos_memory_from_the_first_tensor(python_subprocess) -> None:
+    # torch.cuda's statistics read 0 until torch.cuda's Python module is initialized; flagos's
+    # initialization does that, so a process that only ever used flagos sees its memory there.
+    done = python_subprocess(
+        "import torch, torch_fl\n"
+        "x = torch.empty(1 << 20, dtype=torch.uint8, device='flagos')\n"
+        "print('CUDA', torch.cuda.is_initialized(), torch.cuda.memory_allocated() >= 1 << 20,"
+        " torch.cuda.memory_stats().get('allocation.all.current', 0) >= 1)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "CUDA True True True" in done.stdout
+
+
 def test_flagos_memory_is_cuda_pool_memory() -> None:
-    # torch.cuda's statistics read 0 until torch.cuda itself has been initialized (a flag of its
-    # Python module), whatever its pool holds; a process whose first test this is has not.
-    torch.cuda.init()
     torch.flagos.synchronize()
     before_flagos = torch.flagos.memory_allocated()
     before_cuda = torch.cuda.memory_allocated()

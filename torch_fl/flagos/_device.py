@@ -106,7 +106,8 @@ def _lazy_init() -> None:
     torch.cuda._lazy_init); without it torch looks it up again on every such call. The device
     needs no initialization beyond being marked in use; a process forked after its parent
     started the device runtime gets the error torch.cuda gives there, before any tensor is
-    made."""
+    made. On the cuda accelerator flagos:N is cuda:N, so torch.cuda is initialized too: its
+    memory statistics and snapshots count flagos tensors from the first one."""
     global _initialized
     if _is_in_bad_fork():
         raise RuntimeError(
@@ -114,6 +115,8 @@ def _lazy_init() -> None:
             "runtime. Start worker processes with the 'spawn' or 'forkserver' method "
             "(multiprocessing.set_start_method('spawn'))."
         )
+    if not _initialized and _C._native_device_type() == "cuda":
+        torch.cuda._lazy_init()
     _initialized = True
 
 
