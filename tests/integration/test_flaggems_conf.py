@@ -5,7 +5,9 @@ reaches the router, and (where FlagGems can be imported) is in FlagGems' catalog
 from __future__ import annotations
 
 import pytest
+import torch
 
+import torch_fl
 from torch_fl import flaggems, routing
 from torch_fl.tools._verify._classify import never_routed
 
@@ -42,6 +44,21 @@ def test_routed_operators_are_in_the_installed_flaggems(table: str) -> None:
     catalog = flaggems.catalog()
     missing = [op for op in python_routed(table) if op not in catalog.entries]
     assert not missing, f"{table} routes to FlagGems what it does not provide: {missing}"
+
+
+@pytest.mark.flaggems_cpp
+def test_the_flaggems_cpp_route_serves_operators_when_built() -> None:
+    x = torch.randn(64)
+    with routing.route("abs", "flaggems_cpp"):
+        assert routing.get_route("abs") == "flaggems_cpp"
+        torch.testing.assert_close(torch.abs(x.to("flagos")).cpu(), torch.abs(x))
+
+
+def test_the_flaggems_cpp_route_without_its_build_names_the_switch() -> None:
+    if torch_fl.build_config.BUILD_FLAGGEMS_CPP:
+        pytest.skip("this build has the FlagGems C++ path")
+    with pytest.raises(RuntimeError, match="FLAGOS_BUILD_FLAGGEMS_CPP=1"):
+        routing.set_route("abs", "flaggems_cpp")
 
 
 def test_dcu_table_pins_the_specified_operators_to_cuda() -> None:
