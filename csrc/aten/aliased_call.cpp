@@ -24,8 +24,21 @@ bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-bool is_written(const c10::Argument& arg) {
-  return arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+// Batch norm's running statistics, which these kernels update in place although the schema
+// does not mark them written (torch's own legacy; the `_legit` forms mark them). Host copies
+// of them must go back like any written argument's.
+bool updated_without_annotation(const c10::FunctionSchema& schema, const c10::Argument& arg) {
+  if (arg.name() != "running_mean" && arg.name() != "running_var") {
+    return false;
+  }
+  const auto& name = schema.name();
+  return name == "aten::native_batch_norm" || name == "aten::cudnn_batch_norm" ||
+         name == "aten::miopen_batch_norm";
+}
+
+bool is_written(const c10::FunctionSchema& schema, const c10::Argument& arg) {
+  return (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) ||
+         updated_without_annotation(schema, arg);
 }
 
 c10::TypePtr unwrap_optional(const c10::TypePtr& type, bool* optional) {
@@ -146,7 +159,7 @@ ArgPlan ArgPlan::build(const c10::OperatorHandle& op) {
   plan.num_returns = static_cast<uint16_t>(schema.returns().size());
   for (size_t i = 0; i < args.size(); ++i) {
     if (auto kind = kind_of(args[i].type())) {
-      const bool written = is_written(args[i]);
+      const bool written = is_written(schema, args[i]);
       plan.args.push_back(Arg{static_cast<uint16_t>(i), *kind, written});
       plan.has_written = plan.has_written || written;
     }
@@ -415,7 +428,7 @@ void finish_call(
   auto relabel = [&](at::Tensor t) -> at::Tensor {
     if (call.mapping == Mapping::Copy && t.defined() && t.device().type() == native_type) {
       at::NoGradGuard copy_not_recorded; // a call joining histories records the copy itself
-      return t.to(flagos);
+      return device_copy_of_result(t, flagos);
     }
     if (t.defined() && t.layout() == c10::kSparse && t.device().type() == native_type) {
       return flagos_sparse_from_native(t, call.index);

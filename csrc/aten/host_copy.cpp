@@ -1,7 +1,9 @@
 #include "aten/host_copy.h"
 
-#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/SmallVector.h>
+
+#include <algorithm>
 
 namespace torch_fl {
 namespace {
@@ -18,14 +20,31 @@ int64_t storage_span(const at::Tensor& t) {
   return span;
 }
 
-// Overlapping elements, and a span not much larger than the tensor, so mirroring it costs
-// about what copying its values would (an expanded column of a large matrix is copied by value).
-bool mirrors_layout(const at::Tensor& t, int64_t span) {
-  if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg() || span == 0) {
-    return false;
+// Whether no two elements can share memory: with the dimensions taken by increasing stride,
+// each stride passes the extent of those before it. False for some layouts that do not
+// overlap either (interleaved ones); mirroring those is merely a span copy.
+bool provably_non_overlapping(const at::Tensor& t) {
+  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims; // (stride, size), sizes above 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) {
+      dims.emplace_back(t.stride(d), t.size(d));
+    }
   }
-  const bool overlaps = span < t.numel() || at::has_internal_overlap(t) == at::MemOverlap::Yes;
-  return overlaps && span <= 4 * t.numel() + 4096;
+  std::sort(dims.begin(), dims.end());
+  int64_t extent = 1; // elements covered by the dimensions so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < extent) {
+      return false;
+    }
+    extent = stride * (size - 1) + extent;
+  }
+  return true;
+}
+
+// Mirrored: written tensors whose elements may overlap (the CPU kernel must see the overlap).
+bool mirrors_layout(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && !t.is_conj() && !t.is_neg() && t.numel() > 0 &&
+         !provably_non_overlapping(t);
 }
 
 // A tensor over `storage`'s elements [offset, offset + span), with no autograd history.
@@ -38,10 +57,10 @@ at::Tensor span_of(
 
 HostCopy host_copy_for_kernel(const at::Tensor& flagos, bool written) {
   const c10::Device host(c10::DeviceType::CPU);
-  const int64_t span = written ? storage_span(flagos) : 0;
-  if (!written || !mirrors_layout(flagos, span)) {
+  if (!written || !mirrors_layout(flagos)) {
     return {flagos.to(host), {}};
   }
+  const int64_t span = storage_span(flagos);
   auto host_span = at::empty({span}, flagos.options().device(host));
   host_span.copy_(span_of(flagos.storage(), flagos.options(), flagos.storage_offset(), span));
   auto mirror = host_span.storage();
@@ -60,14 +79,33 @@ void write_back_host_copy(
     return;
   }
   if (flagos.sizes() != host.sizes()) {
-    // As the CPU kernel resized its output: resize, then take the strides it chose when they
-    // describe a dense layout (resize_ made room for as many elements).
-    flagos.resize_(host.sizes());
-    if (flagos.strides() != host.strides() && host.is_non_overlapping_and_dense()) {
+    // As the CPU kernel resized its output: resize, then take the strides it chose (a dense
+    // layout fits the elements resize_ made room for; another needs its whole span).
+    if (host.is_non_overlapping_and_dense()) {
+      flagos.resize_(host.sizes());
+      if (flagos.strides() != host.strides()) {
+        flagos.as_strided_(host.sizes(), host.strides(), flagos.storage_offset());
+      }
+    } else if (provably_non_overlapping(host)) {
+      flagos.resize_({storage_span(host)});
       flagos.as_strided_(host.sizes(), host.strides(), flagos.storage_offset());
+    } else {
+      flagos.resize_(host.sizes());
     }
   }
   flagos.copy_(host);
+}
+
+at::Tensor device_copy_of_result(const at::Tensor& host, const c10::Device& device) {
+  if (host.layout() != c10::kStrided || host.is_non_overlapping_and_dense() || host.is_conj() ||
+      host.is_neg() || host.numel() == 0) {
+    return host.to(device); // keeps a dense layout's strides
+  }
+  const int64_t span = storage_span(host);
+  auto device_span = at::empty({span}, host.options().device(device));
+  device_span.copy_(span_of(host.storage(), host.options(), host.storage_offset(), span));
+  return at::empty({0}, device_span.options())
+      .set_(device_span.storage(), 0, host.sizes(), host.strides());
 }
 
 } // namespace torch_fl
