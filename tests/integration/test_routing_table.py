@@ -375,6 +375,14 @@ def test_stray_bytes_are_shown_escaped_with_file_and_line(tmp_path, text, shown)
     assert message.rstrip().endswith(shown)  # the line itself is echoed, escaped
 
 
+def test_long_lines_are_cut_between_characters(tmp_path):
+    path = tmp_path / "long.conf"
+    path.write_text("relu = " + "é" * 300 + "\n", encoding="utf-8")
+    with pytest.raises(RuntimeError) as err:
+        routing.load_table(path)  # the message decodes: no character is cut in two
+    assert str(err.value).rstrip().endswith("é...")
+
+
 def test_stray_bytes_in_variables_are_shown_escaped():
     # os.environb carries the byte as is; Python's own decoding of os.environ escapes it.
     code = (

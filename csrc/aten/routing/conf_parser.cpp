@@ -109,7 +109,11 @@ size_t utf8_length(const std::string& text, size_t i) {
 std::string shown(const std::string& text) {
   std::string out = printable(text);
   if (out.size() > 200) {
-    out.resize(200);
+    size_t cut = 200;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) {
+      --cut; // not inside a UTF-8 sequence
+    }
+    out.resize(cut);
     out += "...";
   }
   return out;
