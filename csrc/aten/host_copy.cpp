@@ -53,6 +53,14 @@ at::Tensor span_of(
   return at::empty({0}, options).set_(storage, offset, {span}, {1});
 }
 
+// `t`'s storage span copied to `device`, viewed with `t`'s sizes and strides (offset 0).
+at::Tensor span_copy(const at::Tensor& t, const c10::Device& device) {
+  const int64_t span = storage_span(t);
+  auto copied = at::empty({span}, t.options().device(device));
+  copied.copy_(span_of(t.storage(), t.options(), t.storage_offset(), span));
+  return at::empty({0}, copied.options()).set_(copied.storage(), 0, t.sizes(), t.strides());
+}
+
 } // namespace
 
 HostCopy host_copy_for_kernel(const at::Tensor& flagos, bool written) {
@@ -60,12 +68,8 @@ HostCopy host_copy_for_kernel(const at::Tensor& flagos, bool written) {
   if (!written || !mirrors_layout(flagos)) {
     return {flagos.to(host), {}};
   }
-  const int64_t span = storage_span(flagos);
-  auto host_span = at::empty({span}, flagos.options().device(host));
-  host_span.copy_(span_of(flagos.storage(), flagos.options(), flagos.storage_offset(), span));
-  auto mirror = host_span.storage();
-  auto tensor =
-      at::empty({0}, host_span.options()).set_(mirror, 0, flagos.sizes(), flagos.strides());
+  auto tensor = span_copy(flagos, host);
+  auto mirror = tensor.storage();
   return {std::move(tensor), std::move(mirror)};
 }
 
@@ -101,11 +105,7 @@ at::Tensor device_copy_of_result(const at::Tensor& host, const c10::Device& devi
       host.is_neg() || host.numel() == 0) {
     return host.to(device); // keeps a dense layout's strides
   }
-  const int64_t span = storage_span(host);
-  auto device_span = at::empty({span}, host.options().device(device));
-  device_span.copy_(span_of(host.storage(), host.options(), host.storage_offset(), span));
-  return at::empty({0}, device_span.options())
-      .set_(device_span.storage(), 0, host.sizes(), host.strides());
+  return span_copy(host, device);
 }
 
 } // namespace torch_fl

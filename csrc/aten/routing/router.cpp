@@ -534,7 +534,11 @@ bool parse_bool(const char* variable, const char* raw) {
     return false;
   }
   TORCH_CHECK(
-      false, variable, "='", raw, "' is not a boolean; use 1/0, on/off, true/false or yes/no");
+      false,
+      variable,
+      "='",
+      conf::printable(raw),
+      "' is not a boolean; use 1/0, on/off, true/false or yes/no");
 }
 
 uint32_t parse_log(const char* raw) {
@@ -561,9 +565,9 @@ uint32_t parse_log(const char* raw) {
       TORCH_CHECK(
           false,
           "FLAGOS_LOG='",
-          raw,
+          conf::printable(raw),
           "': unknown value '",
-          item,
+          conf::printable(item),
           "'; valid values (comma-separated): dispatch, dispatch_all, fallback, all");
     }
     pos = comma + 1;
@@ -617,8 +621,7 @@ void register_direct_kernels() {
     // FLAGOS_FAST_PATH=0 registers the boxed router for every operator (for comparison and
     // as an escape hatch should a fast kernel misbehave).
     const char* fast_env = std::getenv("FLAGOS_FAST_PATH");
-    const bool use_fast =
-        fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", conf::printable(fast_env).c_str());
+    const bool use_fast = fast_env == nullptr || parse_bool("FLAGOS_FAST_PATH", fast_env);
     auto* lib = new torch::Library( // never destroyed: kernels stay registered for the process
         torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     const auto native_key = accelerator().native_dispatch_key();
@@ -951,10 +954,10 @@ void load(const std::string& path, const std::string& origin) {
   uint32_t log = 0;
   bool strict_mode = false;
   if (const char* v = std::getenv("FLAGOS_LOG")) {
-    log = parse_log(conf::printable(v).c_str());
+    log = parse_log(v);
   }
   if (const char* v = std::getenv("FLAGOS_STRICT")) {
-    strict_mode = parse_bool("FLAGOS_STRICT", conf::printable(v).c_str());
+    strict_mode = parse_bool("FLAGOS_STRICT", v);
   }
   const size_t prefix = std::strlen(kOpEnvPrefix);
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
