@@ -8,6 +8,10 @@
 namespace torch_fl {
 namespace {
 
+// A non-dense result keeps the kernel's strides while its storage span is at most this many
+// times its element count.
+constexpr int64_t kMaxResultSpanPerElement = 2;
+
 // Elements from the tensor's first to its last (strides are never negative); 0 when empty.
 int64_t storage_span(const at::Tensor& t) {
   if (t.numel() == 0) {
@@ -102,8 +106,11 @@ void write_back_host_copy(
 
 at::Tensor device_copy_of_result(const at::Tensor& host, const c10::Device& device) {
   if (host.layout() != c10::kStrided || host.is_non_overlapping_and_dense() || host.is_conj() ||
-      host.is_neg() || host.numel() == 0) {
-    return host.to(device); // keeps a dense layout's strides
+      host.is_neg() || host.numel() == 0 ||
+      storage_span(host) > kMaxResultSpanPerElement * host.numel()) {
+    // Keeps a dense layout's strides. A sparse view (a kernel's narrow slice of a large buffer)
+    // becomes dense: its strides are not worth copying the elements between.
+    return host.to(device);
   }
   return span_copy(host, device);
 }

@@ -223,3 +223,19 @@ def test_non_dense_results_keep_the_kernels_strides() -> None:
     got = torch.linalg.lstsq(a.to("flagos"), b.to("flagos")).solution
     assert got.stride() == want.stride() and got.device.type == "flagos"
     torch.testing.assert_close(got.cpu(), want)
+
+
+_NARROW_RESULT = torch.library.Library("fl_test_narrow_result", "DEF")
+_NARROW_RESULT.define("first_column(Tensor x) -> Tensor")
+# A CPU-only kernel whose result is a narrow slice of a buffer 64 times its size.
+_NARROW_RESULT.impl("first_column", lambda x: x.repeat(1, 64)[:, :1], "CPU")
+
+
+def test_a_narrow_slice_of_a_large_result_buffer_comes_back_dense(fallback_mapping: str) -> None:
+    x = torch.arange(32.0).reshape(32, 1)
+    got = torch.ops.fl_test_narrow_result.first_column(x.to("flagos"))
+    assert got.device.type == "flagos"
+    torch.testing.assert_close(got.cpu(), x)
+    if fallback_mapping == "host copies" or NATIVE != "cpu":
+        # Copied to the device: the slice's elements, not the buffer's span between them.
+        assert got.is_contiguous() and got.untyped_storage().nbytes() == x.nbytes

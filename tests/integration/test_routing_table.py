@@ -287,6 +287,12 @@ def test_env_overrides_listed_or_not(tmp_path):
             "'flaggems_cpp' needs a build with FLAGOS_BUILD_FLAGGEMS_CPP=1",
         ),
         ({"FLAGOS_OP_no_such_op": "cpu_fallback"}, "FLAGOS_OP_no_such_op: 'no_such_op' names no"),
+        # An operator without its overload, or with a wrong one: its overloads are listed.
+        ({"FLAGOS_OP_add": "cpu_fallback"}, "; overloads of aten::add: Scalar, Scalar_out, Tensor"),
+        (
+            {"FLAGOS_OP_add__Tensr": "cpu_fallback"},
+            "; overloads of aten::add: Scalar, Scalar_out, Tensor",
+        ),
         (
             {"FLAGOS_LOG": "dispatch,verbose"},
             "FLAGOS_LOG='dispatch,verbose': unknown value 'verbose'",

@@ -486,41 +486,49 @@ std::string resolve_name(const std::string& text, const std::string& what) {
 // FLAGOS_OP_<name>: `.` is written `__`, so every `__` could be the dot; the split that names
 // an existing operator wins.
 std::string op_from_env_name(const std::string& variable, const std::string& encoded) {
+  std::vector<std::string> candidates;
+  if (auto whole = conf::canonical_op_name(encoded)) {
+    candidates.push_back(*whole);
+  }
+  for (size_t i = encoded.find("__"); i != std::string::npos; i = encoded.find("__", i + 1)) {
+    if (auto name = conf::canonical_op_name(encoded.substr(0, i) + "." + encoded.substr(i + 2))) {
+      candidates.push_back(*name);
+    }
+  }
   std::vector<std::string> found;
-  auto consider = [&](const std::string& canonical) {
+  for (const auto& canonical : candidates) {
     if (find_op(canonical) && std::find(found.begin(), found.end(), canonical) == found.end()) {
       found.push_back(canonical);
     }
-  };
-  if (conf::canonical_op_name(encoded)) {
-    consider("aten::" + encoded);
   }
-  for (size_t i = encoded.find("__"); i != std::string::npos; i = encoded.find("__", i + 1)) {
-    auto name = conf::canonical_op_name(encoded.substr(0, i) + "." + encoded.substr(i + 2));
-    if (name) {
-      consider(*name);
-    }
-  }
-  TORCH_CHECK(
-      !found.empty(),
-      variable,
-      ": '",
-      encoded,
-      "' names no operator of the installed torch ",
-      torch_version(),
-      " (write <op>__<overload>, e.g. FLAGOS_OP_add__Tensor, FLAGOS_OP_relu)");
-  if (found.size() > 1) {
-    std::string list;
-    for (const auto& f : found) {
-      list += (list.empty() ? "" : ", ") + f;
+  if (found.empty()) {
+    // An operator named without its overload, or with a wrong one: list its overloads, as a
+    // table line's error does.
+    std::string overloads;
+    for (const auto& canonical : candidates) {
+      const auto why = check_op(canonical);
+      const auto at = why.find("; overloads of ");
+      if (at != std::string::npos) {
+        overloads = why.substr(at);
+        break;
+      }
     }
     TORCH_CHECK(
         false,
         variable,
-        " is ambiguous: it could name ",
-        list,
-        "; use torch_fl.routing.set_route for one of them");
+        ": '",
+        encoded,
+        "' names no operator of the installed torch ",
+        torch_version(),
+        " (write <op>__<overload>, e.g. FLAGOS_OP_add__Tensor, FLAGOS_OP_relu)",
+        overloads);
   }
+  TORCH_CHECK(
+      found.size() == 1,
+      variable,
+      " is ambiguous: it could name ",
+      join(found),
+      "; use torch_fl.routing.set_route for one of them");
   return found.front();
 }
 
