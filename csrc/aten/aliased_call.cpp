@@ -149,6 +149,16 @@ const at::Tensor* argument_returned(
   return nullptr;
 }
 
+// TorchScript passes a Tensor?[] argument it built from tensors alone (`x[i] = v`) as a
+// List[Tensor], which the dispatcher's unboxing accepts as well.
+c10::List<std::optional<at::Tensor>> as_optional_tensor_list(const c10::IValue& v) {
+  c10::List<std::optional<at::Tensor>> list;
+  for (const c10::IValue& e : v.toListRef()) {
+    list.push_back(e.isNone() ? std::nullopt : std::optional<at::Tensor>(e.toTensor()));
+  }
+  return list;
+}
+
 } // namespace
 
 ArgPlan ArgPlan::build(const c10::OperatorHandle& op) {
@@ -219,6 +229,9 @@ void prepare_call(
         }
         break;
       case ArgPlan::Kind::OptionalTensorList:
+        if (C10_UNLIKELY(!v.isOptionalTensorList())) {
+          (*stack)[begin + a.index] = as_optional_tensor_list(v); // `v` is this slot
+        }
         for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
           if (t.has_value()) {
             devices.see(*t, a.index, true);
