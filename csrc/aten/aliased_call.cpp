@@ -360,14 +360,18 @@ void prepare_call(
         if (!v.isDevice()) {
           break;
         }
-        const auto device = v.toDevice();
+        auto device = v.toDevice();
         if (device.type() == c10::DeviceType::PrivateUse1) {
+          if (device.index() < 0) {
+            device = accelerator().guard().getDevice(); // as torch's factories read "flagos"
+          }
           if (mapping == Mapping::Alias) {
-            v = accelerator().native_device(device.index() >= 0 ? device.index() : index);
+            v = accelerator().native_device(device.index());
           } else {
             v = c10::Device(c10::DeviceType::CPU);
           }
         }
+        call.result_device = device;
         break;
       }
       case ArgPlan::Kind::Generator:
@@ -435,19 +439,28 @@ void finish_call(
 
   const auto native_type =
       call.mapping == Mapping::Alias ? accelerator().native_device_type() : c10::DeviceType::CPU;
-  const c10::Device flagos(c10::DeviceType::PrivateUse1, call.index);
   const size_t rbegin = stack->size() - plan.num_returns;
-  ResultRelabeler to_flagos(call.index, native_type, call.relabel_in_place);
+  // A Device argument names where the results go (`empty_like(sparse, device="flagos:1")`): a
+  // flagos device, or another, where they are handed over as they are.
+  const auto& requested = call.result_device;
+  const bool results_on_flagos = !requested || requested->type() == c10::DeviceType::PrivateUse1;
+  const c10::DeviceIndex result_index =
+      requested && results_on_flagos ? requested->index() : call.index;
+  const c10::Device flagos(c10::DeviceType::PrivateUse1, result_index);
+  ResultRelabeler to_flagos(result_index, native_type, call.relabel_in_place);
   auto relabel = [&](at::Tensor t) -> at::Tensor {
+    if (C10_UNLIKELY(!results_on_flagos)) {
+      return !t.defined() || t.device() == *requested ? t : t.to(*requested);
+    }
     if (call.mapping == Mapping::Copy && t.defined() && t.device().type() == native_type) {
       at::NoGradGuard copy_not_recorded; // a call joining histories records the copy itself
       return device_copy_of_result(t, flagos);
     }
     if (t.defined() && t.layout() == c10::kSparse && t.device().type() == native_type) {
-      return flagos_sparse_from_native(t, call.index);
+      return flagos_sparse_from_native(t, result_index);
     }
     if (t.defined() && t.is_nested() && t.device().type() == native_type) {
-      return flagos_nested_from_native(t, call.index);
+      return flagos_nested_from_native(t, result_index);
     }
     return to_flagos(std::move(t));
   };

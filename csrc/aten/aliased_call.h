@@ -98,6 +98,8 @@ struct PreparedCall {
     at::Tensor given;
   };
   c10::SmallVector<ViewSource, 1> view_sources;
+  // The operator's Device argument, when given (a flagos one with its index resolved).
+  std::optional<c10::Device> result_device;
 };
 
 // Checks devices and replaces the operator's arguments on the stack by native counterparts.

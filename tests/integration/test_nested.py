@@ -138,6 +138,13 @@ def test_strided_moves_and_copies_between_devices() -> None:
     for a, b in zip(back.unbind(), nt.unbind(), strict=True):
         assert torch.equal(a, b)
     assert torch.empty_like(on_flagos, device="cpu").device.type == "cpu"
+    for like in [torch.empty_like, torch.ones_like]:
+        assert like(on_flagos, device="cpu").device.type == "cpu"
+        if torch.flagos.device_count() > 1:
+            assert like(on_flagos, device="flagos:1").device == torch.device("flagos", 1)
+    ones = torch.ones_like(on_flagos, device="cpu")
+    for a, b in zip(ones.unbind(), nt.unbind(), strict=True):
+        assert torch.equal(a, torch.ones_like(b))
     target = torch.nested.nested_tensor([torch.zeros_like(p) for p in PARTS], device="flagos")
     target.copy_(on_flagos)
     for a, b in zip(target.unbind(), nt.unbind(), strict=True):

@@ -334,3 +334,13 @@ def test_a_second_device_keeps_its_tensors_there(two_devices) -> None:
     torch.testing.assert_close(r.to_dense().cpu(), (s * 2).to_dense())
     with pytest.raises(RuntimeError, match="same device"):
         f + s.to("flagos:0")
+
+
+@pytest.mark.parametrize("target", ["flagos:1", "cpu", "flagos"])
+def test_like_factories_put_their_result_on_the_device_asked_for(target, two_devices) -> None:
+    s = _sparse(coalesced=True)
+    with torch.flagos.device(1):  # "flagos" is the current device, not the argument's
+        made = torch.empty_like(s.to("flagos:0"), device=target)
+    want = torch.device("flagos", 1) if target.startswith("flagos") else torch.device(target)
+    assert made.device == want and made._values().device == want
+    assert made.layout == torch.sparse_coo and made.shape == s.shape
