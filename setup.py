@@ -83,6 +83,7 @@ class CMakeBuild(build_ext):
             f"-DFLAGOS_TORCH_MINOR={minor}",
             f"-DFLAGOS_CXX11_ABI={torch_facts['cxx11_abi']}",
             f"-DPython_INCLUDE_DIR={sysconfig.get_paths()['include']}",
+            f"-DFLAGOS_PYTHON={sys.executable}",
         ]
         if config["ACCELERATOR"] == "dcu":
             vendor_core = "ON" if config["DCU_VENDOR_CORE"] else "OFF"

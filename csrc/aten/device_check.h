@@ -6,9 +6,9 @@
 // kernels so both reject the same calls with the same message.
 //
 // Finds the flagos device of the call and rejects mixed devices the way native backends do:
-// only 0-dim CPU tensors that are read (and CPU index tensors in Tensor?[] arguments) may join
-// flagos ones; the 0-dim value of the fill operators and of index_put_, which CUDA's kernels
-// read on the host or move first, may sit anywhere.
+// only 0-dim CPU tensors that are read, where CUDA's kernel takes them, (and CPU index tensors
+// in Tensor?[] arguments) may join flagos ones; the 0-dim value of the fill operators and of
+// index_put_, which CUDA's kernels read on the host or move first, may sit anywhere.
 
 #include "runtime/accelerator.h"
 
@@ -29,6 +29,11 @@ namespace torch_fl {
     std::string_view op,
     std::string_view hint = {});
 
+// Whether CUDA's kernel of this aten operator checks its tensors' devices exactly (device_check
+// other than NoCheck in native_functions.yaml, which the build reads). False for operators the
+// build could not place, and for every operator outside aten.
+FLAGOS_API bool cuda_checks_devices(const c10::OperatorHandle& op);
+
 class DeviceCheck {
  public:
   explicit DeviceCheck(const c10::OperatorHandle& op) : op_(op) {}
@@ -42,6 +47,11 @@ class DeviceCheck {
     }
     const auto device = t.device();
     if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
+      if (C10_UNLIKELY(cpu_self_filled_) && !cpu_allowed && !is_host_read_value(t, arg)) {
+        // A cpu self takes a flagos 0-dim value (and flagos indices), not a flagos tensor.
+        index_ = device.index();
+        fail(c10::Device(c10::DeviceType::CPU), 0);
+      }
       if (index_ < 0) {
         index_ = device.index();
       } else if (
@@ -52,8 +62,8 @@ class DeviceCheck {
       return;
     }
     if (device.type() == c10::DeviceType::CPU) {
-      if (cpu_allowed || (t.dim() == 0 && !written) || is_scalars_list(arg) || cpu_self_filled_ ||
-          is_moved_by_the_kernel(arg)) {
+      if (cpu_allowed || (t.dim() == 0 && !written && !refuses_host_scalar(arg)) ||
+          is_scalars_list(arg) || cpu_self_filled_ || is_moved_by_the_kernel(arg)) {
         return;
       }
       if (is_filled_from_a_device_value(arg)) {
@@ -94,6 +104,14 @@ class DeviceCheck {
   }
 
  private:
+  // CUDA's generated kernel wrappers check that every positional and out= tensor is on one
+  // device, unless the operator is `device_check: NoCheck` (TensorIterator operators, which
+  // take a 0-dim CPU tensor as a scalar): `index_select(x, 0, torch.tensor(1))` is refused.
+  C10_NOINLINE bool refuses_host_scalar(uint16_t arg) const {
+    const auto& args = op_.schema().arguments();
+    return arg < args.size() && !args[arg].kwarg_only() && cuda_checks_devices(op_);
+  }
+
   // The packed `scalars` of the _foreach_ operators (addcmul, addcdiv) are read on the host, so
   // native kernels take (and require) a CPU tensor there.
   C10_NOINLINE bool is_scalars_list(uint16_t arg) const {
@@ -139,6 +157,10 @@ class DeviceCheck {
   }
 
   [[noreturn]] C10_NOINLINE void fail(const c10::Device& other, uint16_t arg) {
+    // A cpu tensor indexed by flagos indices: what CUDA's index check says.
+    TORCH_CHECK(
+        !(arg == 0 && other.type() == c10::DeviceType::CPU && op_.schema().name() == "aten::index"),
+        "indices should be either on cpu or on the same device as the indexed tensor (cpu)");
     fail_mixed_devices(
         c10::Device(c10::DeviceType::PrivateUse1, index_),
         other,

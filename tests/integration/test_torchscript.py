@@ -41,6 +41,11 @@ def gather_rows(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
     return x[i] * 2
 
 
+@torch.jit.script
+def plus(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
 @pytest.mark.usefixtures("fallback_mapping")
 def test_scripted_indexing_matches_cpu() -> None:
     x = torch.arange(12.0).reshape(4, 3)
@@ -79,6 +84,10 @@ def test_scripted_and_traced_models_train_as_on_cpu() -> None:
 
 
 def test_scripted_mixed_devices_are_refused_as_in_eager_code() -> None:
+    with pytest.raises(RuntimeError, match="same device"):
+        plus(torch.zeros(4, 3, device="flagos"), torch.ones(4, 3))
+    if torch.flagos.device_count() < 2:
+        return
     with pytest.raises(RuntimeError, match="same device"):
         assign_through_index(
             torch.zeros(4, 3, device="flagos"), torch.tensor([0], device="flagos:1")

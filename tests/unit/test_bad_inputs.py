@@ -146,6 +146,41 @@ def test_zero_dim_flagos_tensor_does_not_admit_cpu_tensors() -> None:
     assert both_scalars.device.type == "flagos" and float(both_scalars) == 2.0
 
 
+# CUDA's generated kernels check that their tensors share a device unless the operator is
+# `device_check: NoCheck` (TensorIterator's, which take a 0-dim CPU tensor as a scalar); flagos
+# follows the table of them the build reads from torch (cmake/gen_device_check_table.py). On a
+# GPU build every case also runs on cuda, the reference. (name: (call, cuda takes the scalar))
+HOST_SCALAR_CASES = {
+    "index_select": (lambda x, s: x.index_select(0, s.long()), False),
+    "clamp with tensor bounds": (lambda x, s: torch.clamp(x, min=s), False),
+    "addmm with a 0-dim bias": (lambda x, s: torch.addmm(s, x, x.t()), False),
+    "add": (lambda x, s: x + s, True),
+    "mul_": (lambda x, s: x.clone().mul_(s), True),
+    "where": (lambda x, s: torch.where(x > 2, x, s), True),
+    "lerp": (lambda x, s: torch.lerp(x, x * 2, s / 2), True),
+    "atan2": (lambda x, s: torch.atan2(x, s), True),
+    "masked_fill_": (lambda x, s: x.clone().masked_fill_(x > 2, s), True),
+}
+
+
+@pytest.mark.parametrize("path", ["aliases", "boxed copying"])
+@pytest.mark.parametrize("name", sorted(HOST_SCALAR_CASES))
+def test_a_zero_dim_cpu_tensor_joins_where_cudas_kernel_takes_it(name: str, path: str) -> None:
+    call, taken = HOST_SCALAR_CASES[name]
+    native = torch_fl.build_config.ACCELERATOR
+    torch_fl._C._routing_set_force_copy_fallback(path != "aliases")
+    try:
+        for device in ["flagos"] + (["cuda"] if native == "cuda" else []):
+            x, scalar = torch.arange(12.0).reshape(4, 3), torch.tensor(1.0)
+            if taken:
+                torch.testing.assert_close(call(x.to(device), scalar).cpu(), call(x, scalar))
+            else:
+                with pytest.raises(RuntimeError, match="same device"):
+                    call(x.to(device), scalar)
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
+
+
 # A 0-dim CPU tensor may be read beside flagos tensors, never written by a flagos operator (as
 # TensorIterator's CPU-scalar rule on cuda): `add` and `sum` have fast kernels, `lerp`'s out=
 # and `addcmul_` take the boxed router.
@@ -222,6 +257,27 @@ def test_bernoulli_probabilities_may_sit_on_any_device(path: str) -> None:
             torch.zeros(5, device="flagos:0").add_(p_cpu.to("flagos:1"))  # others still refuse
     finally:
         torch_fl._C._routing_set_force_copy_fallback(False)
+
+
+@pytest.mark.parametrize("path", ["aliases", "boxed copying"])
+def test_a_cpu_tensor_takes_a_flagos_value_only_when_it_is_0_dim(path: str) -> None:
+    # index_put_ moves a 0-dim value to self's device; a longer one meets the cpu self in
+    # TensorIterator, which refuses it on CUDA.
+    torch_fl._C._routing_set_force_copy_fallback(path != "aliases")
+    try:
+        values = torch.tensor([5.0, 6.0], device="flagos")
+        target = torch.zeros(4)
+        for accumulate in (False, True):
+            with pytest.raises(RuntimeError, match="flagos:0 and cpu.*argument 'self'"):
+                target.index_put_((torch.tensor([0, 2]),), values, accumulate=accumulate)
+        assert torch.equal(target, torch.zeros(4))
+    finally:
+        torch_fl._C._routing_set_force_copy_fallback(False)
+
+
+def test_a_cpu_tensor_indexed_by_flagos_indices_says_where_indices_may_be() -> None:
+    with pytest.raises(RuntimeError, match="indices should be either on cpu or on the same device"):
+        torch.arange(6.0)[torch.tensor([0, 1], device="flagos")]
 
 
 def test_cpu_index_tensor_allowed_for_flagos_indexing() -> None:
