@@ -22,8 +22,11 @@ from pathlib import Path
 FUNC = re.compile(r"^- func: ([A-Za-z0-9_.]+)\(")
 NO_CHECK = re.compile(r"^\s+device_check:\s*NoCheck\b")
 DELEGATE = re.compile(r"^\s+structured_delegate:\s*([A-Za-z0-9_.]+)")
-# A dispatch line naming CUDA among its keys: "    CPU, CUDA: kernel_name".
-CUDA_KERNEL = re.compile(r"^\s+(?:[A-Za-z0-9_]+,\s*)*CUDA(?:,\s*[A-Za-z0-9_]+)*\s*:")
+# A dispatch line naming CUDA among its keys ("    CPU, CUDA: kernel_name"), or an operator
+# whose CPU and CUDA kernels torchgen generates from its inner loops.
+CUDA_KERNEL = re.compile(
+    r"^\s+(?:(?:[A-Za-z0-9_]+,\s*)*CUDA(?:,\s*[A-Za-z0-9_]+)*\s*:|ufunc_inner_loop:)"
+)
 
 
 def native_functions_yaml() -> Path | None:

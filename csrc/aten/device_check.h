@@ -47,8 +47,10 @@ class DeviceCheck {
     }
     const auto device = t.device();
     if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
-      if (C10_UNLIKELY(cpu_self_filled_) && !cpu_allowed && !is_host_read_value(t, arg)) {
-        // A cpu self takes a flagos 0-dim value (and flagos indices), not a flagos tensor.
+      if (C10_UNLIKELY(cpu_self_filled_) && !cpu_allowed && !is_host_read_value(t, arg) &&
+          is_index_put()) {
+        // index_put_ moves a 0-dim value to a cpu self; a longer flagos one meets it in
+        // TensorIterator, which refuses. (fill_ and index_fill_ refuse it for its dimensions.)
         index_ = device.index();
         fail(c10::Device(c10::DeviceType::CPU), 0);
       }
@@ -137,6 +139,11 @@ class DeviceCheck {
     return t.dim() == 0 && arg < args.size() &&
            (args[arg].name() == "value" || args[arg].name() == "values") &&
            takes_a_value_from_any_device(op_.schema().operator_name());
+  }
+
+  C10_NOINLINE bool is_index_put() const {
+    const auto& name = op_.schema().operator_name();
+    return name.overload_name.empty() && name.name == "aten::_index_put_impl_";
   }
 
   // bernoulli_.Tensor's probabilities: CPU's and CUDA's kernels move `p` to self's device

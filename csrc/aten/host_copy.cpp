@@ -107,9 +107,11 @@ void write_back_host_copy(
 at::Tensor device_copy_of_result(const at::Tensor& host, const c10::Device& device) {
   if (host.layout() != c10::kStrided || host.is_non_overlapping_and_dense() || host.is_conj() ||
       host.is_neg() || host.numel() == 0 ||
-      storage_span(host) > kMaxResultSpanPerElement * host.numel()) {
-    // Keeps a dense layout's strides. A sparse view (a kernel's narrow slice of a large buffer)
-    // becomes dense: its strides are not worth copying the elements between.
+      (storage_span(host) > kMaxResultSpanPerElement * host.numel() &&
+       provably_non_overlapping(host))) {
+    // Keeps a dense layout's strides. A scattered view (a kernel's narrow slice of a large
+    // buffer) is packed in its strides' order: the elements between are not worth copying.
+    // Overlapping results keep their layout, so writes to them are refused as on CPU.
     return host.to(device);
   }
   return span_copy(host, device);

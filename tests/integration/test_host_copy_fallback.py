@@ -229,6 +229,11 @@ _NARROW_RESULT = torch.library.Library("fl_test_narrow_result", "DEF")
 _NARROW_RESULT.define("first_column(Tensor x) -> Tensor")
 # A CPU-only kernel whose result is a narrow slice of a buffer 64 times its size.
 _NARROW_RESULT.impl("first_column", lambda x: x.repeat(1, 64)[:, :1], "CPU")
+_NARROW_RESULT.define("broadcast_first_column(Tensor x) -> Tensor")
+# An overlapping result (stride 0) over a buffer 64 times its distinct elements.
+_NARROW_RESULT.impl(
+    "broadcast_first_column", lambda x: x.repeat(1, 64)[:, :1].t().expand(8, -1), "CPU"
+)
 
 
 def test_a_narrow_slice_of_a_large_result_buffer_comes_back_dense(fallback_mapping: str) -> None:
@@ -239,3 +244,14 @@ def test_a_narrow_slice_of_a_large_result_buffer_comes_back_dense(fallback_mappi
     if fallback_mapping == "host copies" or NATIVE != "cpu":
         # Copied to the device: the slice's elements, not the buffer's span between them.
         assert got.is_contiguous() and got.untyped_storage().nbytes() == x.nbytes
+
+
+def test_an_overlapping_result_keeps_its_layout_so_writes_are_refused_as_on_cpu() -> None:
+    x = torch.arange(32.0).reshape(32, 1)
+    want = torch.ops.fl_test_narrow_result.broadcast_first_column(x)
+    got = torch.ops.fl_test_narrow_result.broadcast_first_column(x.to("flagos"))
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+    for result in (want, got):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            result.add_(1)

@@ -275,6 +275,15 @@ def test_a_cpu_tensor_takes_a_flagos_value_only_when_it_is_0_dim(path: str) -> N
         torch_fl._C._routing_set_force_copy_fallback(False)
 
 
+def test_a_cpu_tensor_filled_from_a_longer_flagos_value_gets_the_kernels_error() -> None:
+    # fill_ and index_fill_ check the value's dimensions before anything else, on CUDA too.
+    value = torch.ones(2, device="flagos")
+    with pytest.raises(RuntimeError, match="fill_ only supports 0-dimension value tensor"):
+        torch.zeros(2).fill_(value)
+    with pytest.raises(RuntimeError, match="only supports a 0-dimensional value tensor"):
+        torch.zeros(2).index_fill_(0, torch.tensor([0]), value)
+
+
 def test_a_cpu_tensor_indexed_by_flagos_indices_says_where_indices_may_be() -> None:
     with pytest.raises(RuntimeError, match="indices should be either on cpu or on the same device"):
         torch.arange(6.0)[torch.tensor([0, 1], device="flagos")]
