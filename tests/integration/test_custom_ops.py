@@ -283,6 +283,19 @@ _CPU_ONLY.impl("bump_", _bump, "CPU")
 _CPU_ONLY.impl("bump_ret_", _bump_ret, "CPU")
 _CPU_ONLY.impl("middle", _middle, "CPU")
 _CPU_ONLY.impl("same", lambda x: x, "CPU")
+_CPU_ONLY.define("doubled_on(Tensor x, Device device) -> Tensor")
+_CPU_ONLY.impl("doubled_on", lambda x, device: (x * 2).to(device), "CPU")
+
+
+@pytest.mark.parametrize("target", ["flagos", "flagos:1", "cpu"])
+def test_a_device_argument_names_where_the_results_go(target: str) -> None:
+    if target == "flagos:1" and torch.flagos.device_count() < 2:
+        pytest.skip("needs two flagos devices")
+    x = torch.arange(4.0)
+    got = torch.ops.fl_test_cpu_only.doubled_on(x.to("flagos"), torch.device(target))
+    want = torch.device("flagos", torch.flagos.current_device()) if target == "flagos" else None
+    assert got.device == (want or torch.device(target))
+    torch.testing.assert_close(got.cpu(), x * 2)
 
 
 @pytest.mark.parametrize("op", ["bump_", "bump_ret_"])
