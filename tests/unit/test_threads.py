@@ -42,6 +42,9 @@ def train_against_cpu(thread: int, start: threading.Barrier, errors: list[str]) 
                 nn.functional.cross_entropy(model(x.to(where)), y.to(where)).backward()
                 opt.step()
             if step % 5 == 0:  # work on a side stream of the thread's device
+                # after the step queued on the thread's current stream (a GPU runs them apart:
+                # without the wait the side stream reads the weights before the step)
+                side.wait_stream(torch.flagos.current_stream(device))
                 with torch.no_grad(), torch.flagos.stream(side):
                     doubled = flagos_model[0].weight * 2
                 side.synchronize()
