@@ -71,8 +71,12 @@ struct FlagosResultBackward final : Node {
   bool copied_;
 };
 
-bool differentiable(const at::Tensor& t) {
-  return torch::autograd::isDifferentiableType(t.scalar_type());
+// Dense tensors of a differentiable dtype. Nested ones report a strided layout too, but their
+// gradient edges are made with operators of their own (a leaf's AccumulateGrad asks for
+// `_nested_tensor_size`, which would come back here while the leaf's lock is held).
+bool joinable(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && !t.is_nested() &&
+         torch::autograd::isDifferentiableType(t.scalar_type());
 }
 
 // Gives `flagos` the history `edge` leads to, through a FlagosResultBackward.
@@ -112,7 +116,7 @@ bool wanted(const ArgPlan& plan, const torch::jit::Stack& stack, size_t begin) {
 }
 
 void join_argument(const at::Tensor& alias, const at::Tensor& flagos, bool written, bool copied) {
-  if (!flagos.requires_grad() || !differentiable(alias) || alias.layout() != c10::kStrided) {
+  if (!flagos.requires_grad() || !joinable(alias) || flagos.is_nested()) {
     return;
   }
   if (written && flagos.is_leaf()) {
@@ -137,7 +141,7 @@ ResultHistory history_of(const at::Tensor& native) {
 }
 
 void join_result(const at::Tensor& flagos, ResultHistory history, bool copied) {
-  if (!history || !differentiable(flagos) || flagos.layout() != c10::kStrided) {
+  if (!history || !joinable(flagos)) {
     return;
   }
   auto edge = std::move(*static_cast<Edge*>(history.edge_.get()));
@@ -145,8 +149,7 @@ void join_result(const at::Tensor& flagos, ResultHistory history, bool copied) {
 }
 
 void join_written(const at::Tensor& flagos, const at::Tensor& alias, bool copied) {
-  if (!alias.requires_grad() || alias.is_leaf() || from_boundary(alias) ||
-      !differentiable(flagos) || flagos.layout() != c10::kStrided) {
+  if (!alias.requires_grad() || alias.is_leaf() || from_boundary(alias) || !joinable(flagos)) {
     return; // the kernel did not update it with history
   }
   TORCH_CHECK_NOT_IMPLEMENTED(
