@@ -48,7 +48,7 @@ class DeviceCheck {
     const auto device = t.device();
     if (C10_LIKELY(device.type() == c10::DeviceType::PrivateUse1)) {
       if (C10_UNLIKELY(cpu_self_filled_) && !cpu_allowed && !is_host_read_value(t, arg) &&
-          is_index_put()) {
+          is_index_put_impl(op_.schema().operator_name())) {
         // index_put_ moves a 0-dim value to a cpu self; a longer flagos one meets it in
         // TensorIterator, which refuses. (fill_ and index_fill_ refuse it for its dimensions.)
         index_ = device.index();
@@ -131,7 +131,11 @@ class DeviceCheck {
     return (name.overload_name == "Tensor" &&
             (name.name == "aten::fill_" || name.name == "aten::masked_fill_")) ||
            (name.overload_name == "int_Tensor" && name.name == "aten::index_fill_") ||
-           (name.overload_name.empty() && name.name == "aten::_index_put_impl_");
+           is_index_put_impl(name);
+  }
+
+  static bool is_index_put_impl(const c10::OperatorName& name) {
+    return name.overload_name.empty() && name.name == "aten::_index_put_impl_";
   }
 
   C10_NOINLINE bool is_host_read_value(const at::Tensor& t, uint16_t arg) const {
@@ -139,11 +143,6 @@ class DeviceCheck {
     return t.dim() == 0 && arg < args.size() &&
            (args[arg].name() == "value" || args[arg].name() == "values") &&
            takes_a_value_from_any_device(op_.schema().operator_name());
-  }
-
-  C10_NOINLINE bool is_index_put() const {
-    const auto& name = op_.schema().operator_name();
-    return name.overload_name.empty() && name.name == "aten::_index_put_impl_";
   }
 
   // bernoulli_.Tensor's probabilities: CPU's and CUDA's kernels move `p` to self's device

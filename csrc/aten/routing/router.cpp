@@ -57,11 +57,17 @@ std::optional<c10::OperatorHandle> find_op(const std::string& canonical) {
   return c10::Dispatcher::singleton().findSchema(name);
 }
 
-// Empty when `canonical` names an operator of the installed torch; else the valid choices.
-std::string check_op(const std::string& canonical) {
-  if (find_op(canonical)) {
-    return "";
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) {
+    out += (out.empty() ? "" : ", ") + item;
   }
+  return out;
+}
+
+// "overloads of aten::add: Scalar, Tensor, ..." for the operator `canonical` names an overload
+// of (whether or not that overload exists); empty when torch has no operator of that name.
+std::string overloads_of(const std::string& canonical) {
   const auto dot = canonical.find('.', canonical.find("::") + 2);
   const std::string base = canonical.substr(0, dot);
   std::vector<std::string> overloads;
@@ -71,24 +77,22 @@ std::string check_op(const std::string& canonical) {
     }
   }
   std::sort(overloads.begin(), overloads.end());
-  if (overloads.empty()) {
-    return "the installed torch " + torch_version() + " has no operator '" + base +
-           "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
-  }
-  std::string list;
-  for (const auto& o : overloads) {
-    list += (list.empty() ? "" : ", ") + o;
-  }
-  return "the installed torch " + torch_version() + " has no such overload; overloads of " + base +
-         ": " + list;
+  return overloads.empty() ? "" : "overloads of " + base + ": " + join(overloads);
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) {
-    out += (out.empty() ? "" : ", ") + item;
+// Empty when `canonical` names an operator of the installed torch; else the valid choices.
+std::string check_op(const std::string& canonical) {
+  if (find_op(canonical)) {
+    return "";
   }
-  return out;
+  const auto overloads = overloads_of(canonical);
+  if (overloads.empty()) {
+    const auto dot = canonical.find('.', canonical.find("::") + 2);
+    return "the installed torch " + torch_version() + " has no operator '" +
+           canonical.substr(0, dot) +
+           "' (names are written as in torch.ops.aten: <op>.<overload>, e.g. add.Tensor, relu)";
+  }
+  return "the installed torch " + torch_version() + " has no such overload; " + overloads;
 }
 
 bool is_device_accelerator() {
@@ -506,10 +510,8 @@ std::string op_from_env_name(const std::string& variable, const std::string& enc
     // table line's error does.
     std::string overloads;
     for (const auto& canonical : candidates) {
-      const auto why = check_op(canonical);
-      const auto at = why.find("; overloads of ");
-      if (at != std::string::npos) {
-        overloads = why.substr(at);
+      if (overloads = overloads_of(canonical); !overloads.empty()) {
+        overloads = "; " + overloads;
         break;
       }
     }
